@@ -1,0 +1,1 @@
+"""The AnimeGamer model: tokenizer, MLLM, decoder, sampler, VAE and video encoding."""
