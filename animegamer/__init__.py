@@ -1,0 +1,1 @@
+"""AnimeGamer for Discord: settings and the command line that ties the rooms together."""

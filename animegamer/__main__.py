@@ -1,0 +1,5 @@
+import sys
+
+from animegamer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,35 @@
+"""The `animegamer` command: one module per subcommand, each with `add_parser` and `run`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from animegamer.cli import db, demo, play, worker
+from animegamer.settings import get_settings
+
+COMMANDS = (demo, play, worker, db)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="animegamer",
+        description="AnimeGamer: language instructions in, anime clips and character state out.",
+        epilog="Settings come from ANIMEGAMER_* environment variables or .env (see .env.example).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.run(args, get_settings())
+    except KeyboardInterrupt:
+        print("\nStopped.", file=sys.stderr)
+        return 130

@@ -1,0 +1,34 @@
+"""`animegamer db upgrade|downgrade`: the schema only ever changes through Alembic."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from animegamer.settings import Settings
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("db", help="migrate the game database", description=__doc__)
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("upgrade", help="migrate to a revision (default: head)")
+    up.add_argument("revision", nargs="?", default="head")
+    down = actions.add_parser("downgrade", help="migrate back to a revision (base: drop everything)")
+    down.add_argument("revision")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from db.engine import DatabaseUnavailable
+    from db.migrate import downgrade, upgrade
+
+    try:
+        if args.action == "upgrade":
+            upgrade(settings.database_url, args.revision)
+        else:
+            downgrade(settings.database_url, args.revision)
+    except DatabaseUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"Database at {args.revision}: {settings.database_url}")
+    return 0

@@ -1,0 +1,147 @@
+"""One game on this machine, through the real queue: what `demo` and `play` share.
+
+A local Celery worker process is started on the configured broker (the embedded SQLite one
+by default), each turn is sent by task name with the character's history, and the result is
+applied with the game's own rules. Clips are written atomically, so a file that exists is
+complete.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from celery import Celery
+from celery.result import AsyncResult
+
+from animegamer.settings import Settings
+from game.contract import TASK_NAME, HistoryTurn, TurnRequest, TurnResult
+from game.history import MAX_WINDOW, past_turns_for
+from game.instruction import Instruction
+from game.state import CharacterState
+
+ProgressFn = Callable[[str, int, int], None]
+
+POLL_SECONDS = 0.05
+
+
+class TurnFailed(RuntimeError):
+    """A turn the worker could not make; the message is meant for the player."""
+
+
+class WorkerProcess:
+    """A `animegamer worker` child process, stopped for sure on exit (Ctrl-C included)."""
+
+    def __init__(self, settings: Settings, log_path: Path) -> None:
+        self.settings = settings
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> WorkerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "animegamer", "worker", "--loglevel", "WARNING"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,  # Ctrl-C reaches us only; we stop the worker ourselves
+        )
+        log.close()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)  # warm shutdown: an unfinished turn goes back to the queue
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def run_turn(
+    app: Celery,
+    request: TurnRequest,
+    on_progress: ProgressFn | None = None,
+    worker: WorkerProcess | None = None,
+    timeout: float = 3600.0,
+) -> TurnResult:
+    """Send one turn by name and wait for it, reporting the worker's progress."""
+    async_result: AsyncResult = app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            state = async_result.state
+            if state == "SUCCESS":
+                return TurnResult.model_validate(async_result.result)
+            if state == "FAILURE":
+                raise TurnFailed(f"The worker could not make this turn: {async_result.result}")
+            if state == "PROGRESS" and on_progress is not None:
+                meta = async_result.info or {}
+                on_progress(meta.get("stage", ""), int(meta.get("step", 0)), int(meta.get("total", 1)))
+            if worker is not None and not worker.alive():
+                raise TurnFailed(f"The worker stopped (see {worker.log_path}):\n{worker.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TurnFailed(f"No result after {timeout:.0f} s.")
+            time.sleep(POLL_SECONDS)
+    finally:
+        if async_result.ready():
+            async_result.forget()  # the result store keeps nothing a finished game needs
+
+
+@dataclass
+class LocalGame:
+    """One character's game: its state and the past turns the next prompt may see."""
+
+    settings: Settings
+    state: CharacterState = field(default_factory=CharacterState)
+    history: list[HistoryTurn] = field(default_factory=list)
+    turns_played: int = 0
+    seed: int = 0
+
+    def request(self, instruction: Instruction) -> TurnRequest:
+        return TurnRequest(
+            job_id=f"local-{uuid.uuid4().hex}",
+            instruction=str(instruction),
+            seed=self.seed + self.turns_played,
+            history=past_turns_for(self.history, self.settings.history_window),
+        )
+
+    def apply(self, instruction: Instruction, result: TurnResult) -> CharacterState:
+        self.state = self.state.apply(result.deltas)
+        self.turns_played += 1
+        self.history.append(
+            HistoryTurn(instruction=str(instruction), representation=result.representation, deltas=result.deltas)
+        )
+        del self.history[:-MAX_WINDOW]  # older turns can never be in a prompt again
+        return self.state
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """A reader (or a later run) never sees half a file under its final name."""
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

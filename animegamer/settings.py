@@ -1,0 +1,46 @@
+"""Every setting, read from the environment (and ``.env``); ``.env.example`` documents each.
+
+The defaults are the embedded mode: SQLite for the game, the broker and the results, all
+under ``ANIMEGAMER_DATA_DIR``, and the tiny model on the CPU. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ANIMEGAMER_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Path("data")
+    database_url: str = ""  # default: sqlite+aiosqlite:///<data_dir>/animegamer.db
+    broker_url: str = ""  # default: sqla+sqlite:///<data_dir>/broker.db; or redis://host:6379/0
+    result_backend: str = ""  # default: db+sqlite:///<data_dir>/results.db; or redis://host:6379/1
+    queue: str = "turns"
+
+    model: str = "tiny"  # tiny | full (random weights at the published sizes)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    num_steps: int = Field(default=0, ge=0)  # 0: the model's own (50)
+    history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns, as released
+
+    task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker
+    visibility_timeout: int = Field(default=0, ge=0)  # 0: task_time_limit + 60; redelivery after a lost worker
+    broker_timeout: float = Field(default=3.0, gt=0)  # seconds to wait for a broker before saying so
+
+    discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
+
+    def model_post_init(self, _context: object) -> None:
+        data = self.data_dir.as_posix()
+        self.database_url = self.database_url or f"sqlite+aiosqlite:///{data}/animegamer.db"
+        self.broker_url = self.broker_url or f"sqla+sqlite:///{data}/broker.db"
+        self.result_backend = self.result_backend or f"db+sqlite:///{data}/results.db"
+        self.visibility_timeout = self.visibility_timeout or self.task_time_limit + 60
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

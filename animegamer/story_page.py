@@ -1,0 +1,74 @@
+"""The story page: one row per turn, the clip playing inline, the state as coloured bars.
+
+Modelled on the release's Gradio table (round, instruction, clip, stamina/entertainment/social
+bars coloured red under 30, yellow 30..60, green over 60), as one self-contained HTML file that
+sits beside the clips it plays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+from game.state import CharacterState, StateDeltas, stat_colour
+
+_COLOURS = {"red": "#e5484d", "yellow": "#f5d90a", "green": "#46a758"}
+
+
+@dataclass(frozen=True)
+class StoryRow:
+    turn: int
+    instruction: str
+    clip: str  # file name relative to the page
+    deltas: StateDeltas
+    state: CharacterState
+    seconds: float
+
+
+def render_story(rows: list[StoryRow], *, title: str, model: str, label: str, status: str) -> str:
+    warning = f'<p class="label">{escape(label)}: these clips are noise, not results.</p>' if label else ""
+    body = "\n".join(_row(row) for row in rows) or '<tr><td colspan="5">No turns yet.</td></tr>'
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2em;background:#111;color:#eee}}
+table{{border-collapse:collapse}} td,th{{padding:.5em 1em;border-bottom:1px solid #333;vertical-align:middle}}
+video{{width:360px;image-rendering:pixelated;background:#000}}
+.bar{{width:160px;height:12px;background:#333;border-radius:6px;overflow:hidden;margin:2px 0}}
+.bar span{{display:block;height:100%}} .label{{color:#f5d90a;font-weight:bold}} .muted{{color:#999}}
+</style></head><body>
+<h1>{escape(title)}</h1>
+<p>Model: <b>{escape(model)}</b>{f" ({escape(label)})" if label else ""}. {escape(status)}</p>
+{warning}
+<table><tr><th>Turn</th><th>Instruction</th><th>Clip</th><th>Changes</th><th>State</th></tr>
+{body}
+</table></body></html>
+"""
+
+
+def _row(row: StoryRow) -> str:
+    d = row.deltas
+    changes = (
+        f"motion level {d.motion:+d}<br>stamina {d.stamina:+d}<br>"
+        f"social {d.social:+d}<br>entertainment {d.entertainment:+d}"
+    )
+    bars = "".join(
+        _bar(name, value)
+        for name, value in (
+            ("stamina", row.state.stamina),
+            ("entertainment", row.state.entertainment),
+            ("social", row.state.social),
+        )
+    )
+    return (
+        f"<tr><td>{row.turn}</td><td>{escape(row.instruction)}<div class='muted'>{row.seconds:.1f} s</div></td>"
+        f'<td><video src="{escape(row.clip)}" autoplay loop muted playsinline controls></video></td>'
+        f"<td>{changes}</td><td>{bars}</td></tr>"
+    )
+
+
+def _bar(name: str, value: int) -> str:
+    colour = _COLOURS[stat_colour(value)]
+    return (
+        f'<div>{name} {value}<div class="bar"><span style="width:{value}%;background:{colour}"></span></div></div>'
+    )

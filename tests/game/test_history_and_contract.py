@@ -1,0 +1,54 @@
+import pytest
+from pydantic import ValidationError
+
+from game.contract import CONTRACT_VERSION, HistoryTurn, TurnRequest, TurnResult
+from game.history import past_turns_for
+from game.state import StateDeltas
+
+LINE = "Character: Qiqi; Motion: gently lie down; Background: day grass."
+ZERO = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
+
+
+def test_the_released_window_of_one_feeds_no_past_turns():
+    assert past_turns_for([1, 2, 3]) == []
+
+
+def test_a_window_of_three_feeds_the_two_latest_turns_oldest_first():
+    assert past_turns_for([1, 2, 3, 4], window=3) == [3, 4]
+
+
+def test_a_window_beyond_the_trained_five_is_refused():
+    with pytest.raises(ValueError, match="1..5"):
+        past_turns_for([1], window=6)
+
+
+def test_a_request_carries_the_canonical_instruction():
+    request = TurnRequest(job_id="1", instruction="character: Qiqi;motion: gently lie down;background: day grass", seed=1)
+    assert request.instruction == LINE
+
+
+def test_a_request_with_a_malformed_instruction_is_refused():
+    with pytest.raises(ValidationError):
+        TurnRequest(job_id="1", instruction="lie down", seed=1)
+
+
+def test_a_request_survives_json_with_its_history_bytes():
+    history = [HistoryTurn(instruction=LINE, representation=b"\x00\xffbytes", deltas=ZERO)]
+    request = TurnRequest(job_id="7", instruction=LINE, seed=3, history=history)
+    assert TurnRequest.model_validate_json(request.model_dump_json()) == request
+    assert TurnRequest.model_validate(request.model_dump(mode="json")) == request
+
+
+def test_a_request_from_another_contract_version_is_refused():
+    data = TurnRequest(job_id="1", instruction=LINE, seed=1).model_dump(mode="json")
+    data["version"] = CONTRACT_VERSION + 1
+    with pytest.raises(ValidationError):
+        TurnRequest.model_validate(data)
+
+
+def test_a_result_survives_json_with_its_clip_bytes():
+    result = TurnResult(
+        job_id="1", model="tiny", label="tiny model, random weights", seed=1, deltas=ZERO, flow=40.0,
+        mp4=b"\x00\x00\x00\x18ftypmp42", representation=b"st", num_frames=17, height=64, width=96, fps=8,
+    )
+    assert TurnResult.model_validate(result.model_dump(mode="json")) == result

@@ -1,0 +1,73 @@
+"""The Celery app, configured from settings; importing it never imports torch.
+
+The bot and the CLI import this module to send ``animegamer.generate_turn`` by name; a
+worker process imports it too and then ``worker.tasks`` registers the task. Long GPU turns
+want late acks (a crashed worker's turn is redelivered, which is safe because a turn is a pure
+function of its request), one message prefetched at a time, and a hard time limit.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+from kombu.utils.url import maybe_sanitize_url
+
+from animegamer.settings import Settings, get_settings
+from game.contract import TASK_NAME
+
+# Our SQLAlchemy transport deletes acked messages and redelivers lost ones (see sqlite_broker.py).
+TRANSPORT_ALIASES["sqla"] = "worker.sqlite_broker:Transport"
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("animegamer", broker=settings.broker_url, backend=settings.result_backend, include=["worker.tasks"])
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        task_track_started=True,
+        task_time_limit=settings.task_time_limit,
+        task_soft_time_limit=max(settings.task_time_limit - 30, 5),
+        task_default_queue=settings.queue,
+        task_routes={TASK_NAME: {"queue": settings.queue}},
+        result_extended=True,
+        result_expires=24 * 3600,
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=settings.broker_timeout,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout,
+            "socket_connect_timeout": settings.broker_timeout,
+            "socket_timeout": max(settings.broker_timeout, 10.0),
+        },
+        redis_socket_connect_timeout=settings.broker_timeout,
+        redis_socket_timeout=max(settings.broker_timeout, 10.0),
+        worker_hijack_root_logger=False,
+    )
+    if settings.broker_url.startswith("sqla+"):
+        # Only Redis understands the socket options; create_engine would refuse them.
+        app.conf.broker_transport_options = {"visibility_timeout": settings.visibility_timeout}
+    return app
+
+
+class BrokerUnavailable(RuntimeError):
+    """The queue does not answer; the message says which one and what to do."""
+
+
+def check_broker(app: Celery, timeout: float) -> None:
+    """Fail in seconds, not minutes, when the broker or a Redis result store is down."""
+    broker = maybe_sanitize_url(app.conf.broker_url)
+    try:
+        with app.connection_for_write(connect_timeout=timeout) as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
+        if app.conf.result_backend.startswith(("redis://", "rediss://")):
+            app.backend.client.ping()
+    except Exception as exc:
+        raise BrokerUnavailable(
+            f"The queue at {broker} does not answer ({type(exc).__name__}: {exc}). "
+            "Start it, or unset ANIMEGAMER_BROKER_URL and ANIMEGAMER_RESULT_BACKEND to use the embedded queue."
+        ) from exc
+
+
+app = make_celery(get_settings())
