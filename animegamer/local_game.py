@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
@@ -34,6 +35,23 @@ POLL_SECONDS = 0.05
 
 class TurnFailed(RuntimeError):
     """A turn the worker could not make; the message is meant for the player."""
+
+
+class SetupError(RuntimeError):
+    """Something to fix before a game can start; the message says what."""
+
+
+def connect(settings: Settings) -> Celery:
+    """Check the model name and the queue before starting anything, and return the Celery app."""
+    from worker.celery_app import BrokerUnavailable, app, check_broker
+    from worker.pipeline.config import UnknownModelError, get_config
+
+    try:
+        get_config(settings.model)
+        check_broker(app, settings.broker_timeout)
+    except (UnknownModelError, BrokerUnavailable) as exc:
+        raise SetupError(str(exc)) from exc
+    return app
 
 
 class WorkerProcess:
@@ -138,6 +156,17 @@ class LocalGame:
         )
         del self.history[:-MAX_WINDOW]  # older turns can never be in a prompt again
         return self.state
+
+
+def bar_progress(bar: Any, prefix: str = "") -> ProgressFn:
+    """Show the worker's progress on a tqdm bar: the stage as its description, steps as its count."""
+
+    def show(stage: str, step: int, total: int) -> None:
+        bar.set_description(f"{prefix}{stage}", refresh=False)
+        bar.total, bar.n = total, step
+        bar.refresh()
+
+    return show
 
 
 def write_atomically(path: Path, data: bytes) -> None:

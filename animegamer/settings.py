@@ -24,7 +24,7 @@ class Settings(BaseSettings):
 
     model: str = "tiny"  # tiny | full (random weights at the published sizes)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    num_steps: int = Field(default=0, ge=0)  # 0: the model's own (50)
+    num_steps: int = Field(default=0, ge=0, le=1000)  # 0: the model's own (50)
     history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns, as released
 
     task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker

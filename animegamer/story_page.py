@@ -69,6 +69,4 @@ def _row(row: StoryRow) -> str:
 
 def _bar(name: str, value: int) -> str:
     colour = _COLOURS[stat_colour(value)]
-    return (
-        f'<div>{name} {value}<div class="bar"><span style="width:{value}%;background:{colour}"></span></div></div>'
-    )
+    return f'<div>{name} {value}<div class="bar"><span style="width:{value}%;background:{colour}"></span></div></div>'

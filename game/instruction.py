@@ -19,9 +19,7 @@ MAX_FIELD_CHARS = 60  # one field; the release's demo fields are under 30
 MAX_LINE_CHARS = 200  # the whole line; keeps the prompt near the release's 254 tokens
 
 # Adverbs set the motion scope the model predicts; the release's demo uses the first four.
-ADVERBS = frozenset(
-    {"quickly", "smoothly", "gently", "slowly", "calmly", "happily", "softly", "rapidly", "lazily"}
-)
+ADVERBS = frozenset({"quickly", "smoothly", "gently", "slowly", "calmly", "happily", "softly", "rapidly", "lazily"})
 TIMES = frozenset({"day", "night", "evening", "morning", "dawn", "dusk", "noon", "sunset", "afternoon"})
 
 # Letters and digits of any script, spaces, and the punctuation a sentence needs.
@@ -106,7 +104,9 @@ def from_fields(character: str, motion: str, background: str, time: str = "") ->
         place=" ".join(background_words),
     )
     if len(str(instruction)) > MAX_LINE_CHARS:
-        raise InstructionError(f"That is {len(str(instruction))} characters; an instruction has at most {MAX_LINE_CHARS}.")
+        raise InstructionError(
+            f"That is {len(str(instruction))} characters; an instruction has at most {MAX_LINE_CHARS}."
+        )
     return instruction
 
 

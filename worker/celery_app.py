@@ -43,7 +43,6 @@ def make_celery(settings: Settings) -> Celery:
         },
         redis_socket_connect_timeout=settings.broker_timeout,
         redis_socket_timeout=max(settings.broker_timeout, 10.0),
-        worker_hijack_root_logger=False,
     )
     if settings.broker_url.startswith("sqla+"):
         # Only Redis understands the socket options; create_engine would refuse them.

@@ -48,7 +48,9 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
     try:
         turn = TurnRequest.model_validate(request)
     except ValidationError as exc:
-        raise InvalidTurnRequest(f"Invalid turn request: {exc.error_count()} error(s): {exc.errors()[0]['msg']}") from exc
+        raise InvalidTurnRequest(
+            f"Invalid turn request: {exc.error_count()} error(s): {exc.errors()[0]['msg']}"
+        ) from exc
 
     last_report = 0.0
 

@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from db.engine import DatabaseUnavailable
+    from db.engine import DatabaseFileError
     from db.migrate import downgrade, upgrade
 
     try:
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             upgrade(settings.database_url, args.revision)
         else:
             downgrade(settings.database_url, args.revision)
-    except DatabaseUnavailable as exc:
+    except DatabaseFileError as exc:
         print(exc, file=sys.stderr)
         return 1
     print(f"Database at {args.revision}: {settings.database_url}")

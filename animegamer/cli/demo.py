@@ -15,7 +15,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from animegamer.local_game import LocalGame, TurnFailed, WorkerProcess, run_turn, write_atomically
+from animegamer.local_game import (
+    LocalGame,
+    SetupError,
+    TurnFailed,
+    WorkerProcess,
+    bar_progress,
+    connect,
+    run_turn,
+    write_atomically,
+)
 from animegamer.settings import Settings
 from animegamer.story_page import StoryRow, render_story
 from game.instruction import Instruction, InstructionError, parse
@@ -59,11 +68,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"Cannot play {args.instructions or 'the demo'}: {exc}", file=sys.stderr)
         return 2
 
-    from worker.celery_app import BrokerUnavailable, app, check_broker
-
     try:
-        check_broker(app, settings.broker_timeout)
-    except BrokerUnavailable as exc:
+        app = connect(settings)
+    except SetupError as exc:
         print(exc, file=sys.stderr)
         return 1
 
@@ -86,19 +93,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         with local_worker as worker, tqdm(total=total, desc="turns", unit="turn", position=0) as turns_bar:
             for number, instruction in enumerate(instructions, start=1):
                 with tqdm(total=1, desc=f"turn {number}: queued", unit="step", position=1, leave=False) as steps:
-
-                    def progress(stage: str, step: int, stage_total: int, steps: tqdm = steps) -> None:
-                        steps.set_description(f"turn {number}: {stage}", refresh=False)
-                        steps.total = stage_total
-                        steps.n = step
-                        steps.refresh()
-
+                    progress = bar_progress(steps, f"turn {number}: ")
                     result = run_turn(app, game.request(instruction), progress, worker, settings.task_time_limit + 60)
                 clip = f"turn_{number:02d}.mp4"
                 write_atomically(out / clip, result.mp4)
                 label = result.label
                 state = game.apply(instruction, result)
-                rows.append(StoryRow(number, str(instruction), clip, result.deltas, state, sum(result.timings.values())))
+                rows.append(
+                    StoryRow(number, str(instruction), clip, result.deltas, state, sum(result.timings.values()))
+                )
                 write_page(f"Playing: {number} of {total} turns done.")
                 tqdm.write(
                     f"turn {number}: {instruction}  stamina {state.stamina} social {state.social} "
@@ -106,6 +109,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 )
                 turns_bar.update()
     except KeyboardInterrupt:
+        for partial in out.glob(".*.partial"):
+            partial.unlink()
         write_page(f"Stopped after {len(rows)} of {total} turns.")
         print(f"\nStopped after {len(rows)} of {total} turns; the worker was stopped.", file=sys.stderr)
         return 130

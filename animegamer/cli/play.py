@@ -13,7 +13,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from animegamer.local_game import LocalGame, TurnFailed, WorkerProcess, run_turn, write_atomically
+from animegamer.local_game import (
+    LocalGame,
+    SetupError,
+    TurnFailed,
+    WorkerProcess,
+    bar_progress,
+    connect,
+    run_turn,
+    write_atomically,
+)
 from animegamer.settings import Settings
 from animegamer.story_page import StoryRow, render_story
 from game.instruction import EXPECTED_FORM, Instruction, InstructionError, from_fields, parse
@@ -43,11 +52,9 @@ def describe(state: CharacterState) -> str:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.celery_app import BrokerUnavailable, app, check_broker
-
     try:
-        check_broker(app, settings.broker_timeout)
-    except BrokerUnavailable as exc:
+        app = connect(settings)
+    except SetupError as exc:
         print(exc, file=sys.stderr)
         return 1
     out: Path = args.out
@@ -79,14 +86,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 continue
             character = instruction.character
             with tqdm(total=1, desc="queued", unit="step", leave=False) as bar:
-
-                def progress(stage: str, step: int, total: int, bar: tqdm = bar) -> None:
-                    bar.set_description(stage, refresh=False)
-                    bar.total, bar.n = total, step
-                    bar.refresh()
-
                 try:
-                    result = run_turn(app, game.request(instruction), progress, worker, settings.task_time_limit + 60)
+                    result = run_turn(
+                        app, game.request(instruction), bar_progress(bar), worker, settings.task_time_limit + 60
+                    )
                 except TurnFailed as exc:
                     print(exc)
                     if not worker.alive():

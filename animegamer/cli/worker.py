@@ -32,7 +32,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(exc, file=sys.stderr)
         return 1
     if not args.no_preload:
-        generate_turn.pipeline  # noqa: B018 - load once, now, so a broken model fails at start
+        from worker.pipeline.pipeline import PipelineLoadError
+
+        try:
+            generate_turn.pipeline  # noqa: B018 - load once, now, so a broken model fails at start
+        except PipelineLoadError as exc:
+            print(exc, file=sys.stderr)
+            return 1
     argv = ["worker", "--pool=solo", f"--loglevel={args.loglevel}", "-Q", args.queues or settings.queue]
     if settings.broker_url.startswith("sqla+"):
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]  # no broadcast over SQLite

@@ -18,12 +18,14 @@ def test_a_window_of_three_feeds_the_two_latest_turns_oldest_first():
 
 
 def test_a_window_beyond_the_trained_five_is_refused():
-    with pytest.raises(ValueError, match="1..5"):
+    with pytest.raises(ValueError, match=r"1\.\.5"):
         past_turns_for([1], window=6)
 
 
 def test_a_request_carries_the_canonical_instruction():
-    request = TurnRequest(job_id="1", instruction="character: Qiqi;motion: gently lie down;background: day grass", seed=1)
+    request = TurnRequest(
+        job_id="1", instruction="character: Qiqi;motion: gently lie down;background: day grass", seed=1
+    )
     assert request.instruction == LINE
 
 
@@ -48,7 +50,17 @@ def test_a_request_from_another_contract_version_is_refused():
 
 def test_a_result_survives_json_with_its_clip_bytes():
     result = TurnResult(
-        job_id="1", model="tiny", label="tiny model, random weights", seed=1, deltas=ZERO, flow=40.0,
-        mp4=b"\x00\x00\x00\x18ftypmp42", representation=b"st", num_frames=17, height=64, width=96, fps=8,
+        job_id="1",
+        model="tiny",
+        label="tiny model, random weights",
+        seed=1,
+        deltas=ZERO,
+        flow=40.0,
+        mp4=b"\x00\x00\x00\x18ftypmp42",
+        representation=b"st",
+        num_frames=17,
+        height=64,
+        width=96,
+        fps=8,
     )
     assert TurnResult.model_validate(result.model_dump(mode="json")) == result

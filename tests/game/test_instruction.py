@@ -9,7 +9,9 @@ DEMO_LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: nigh
 
 def test_a_demo_line_parses_into_its_five_parts():
     instruction = parse(DEMO_LINE)
-    assert instruction == Instruction(character="Qiqi", adverb="gently", action="fly on broomstick", time="night", place="sky")
+    assert instruction == Instruction(
+        character="Qiqi", adverb="gently", action="fly on broomstick", time="night", place="sky"
+    )
 
 
 def test_formatting_a_parsed_line_gives_it_back_exactly():
@@ -43,8 +45,18 @@ def test_fields_build_the_same_instruction_as_a_line():
         "          ",
         "x" * 4000,
     ],
-    ids=["no labels", "empty motion", "missing motion", "mention", "markdown", "zero width", "extra part",
-         "everyone", "only spaces", "4000 chars"],
+    ids=[
+        "no labels",
+        "empty motion",
+        "missing motion",
+        "mention",
+        "markdown",
+        "zero width",
+        "extra part",
+        "everyone",
+        "only spaces",
+        "4000 chars",
+    ],
 )
 def test_bad_lines_are_refused_with_the_expected_form(text):
     with pytest.raises(InstructionError) as info:

@@ -32,7 +32,9 @@ def test_deltas_outside_minus_five_to_five_are_refused():
         deltas(stamina=6)
 
 
-@pytest.mark.parametrize(("level", "flow"), [(1, 0.5), (2, 2.5), (3, 10.0), (4, 15.0), (5, 40.0), (0, 40.0), (-3, 40.0)])
+@pytest.mark.parametrize(
+    ("level", "flow"), [(1, 0.5), (2, 2.5), (3, 10.0), (4, 15.0), (5, 40.0), (0, 40.0), (-3, 40.0)]
+)
 def test_motion_level_maps_to_the_release_flow_table(level, flow):
     assert flow_for(level) == flow
 

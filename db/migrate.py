@@ -1,0 +1,97 @@
+"""Schema migrations, run programmatically: the CLI and tests upgrade a database by URL.
+
+The schema only ever changes through a revision in ``migrations/versions``. These functions
+build an Alembic config in code (no ``alembic.ini`` needed) that points at the installed
+``migrations`` package, so they work from any working directory and from an installed wheel.
+
+They are synchronous: Alembic's ``env.py`` runs its own ``asyncio.run()`` with a NullPool
+engine, which needs a thread with no running event loop. From async code use the ``*_async``
+variants, which run the same work in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import NullPool
+
+import migrations
+from db.engine import make_engine
+
+log = logging.getLogger(__name__)
+
+
+def _migrations_dir() -> Path:
+    # ``__path__`` rather than ``__file__``: an editable install made before the package had an
+    # ``__init__.py`` imports it as a namespace package, whose ``__file__`` is None.
+    for entry in migrations.__path__:
+        if (Path(entry) / "env.py").is_file():
+            return Path(entry).resolve()
+    raise RuntimeError(f"no env.py in the migrations package ({list(migrations.__path__)}); is the install complete?")
+
+
+MIGRATIONS_DIR = _migrations_dir()
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic config for ``url`` that needs no ini file."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolates '%', which URL-encoded passwords contain; attributes do not.
+    config.attributes["url"] = url
+    return config
+
+
+def _refuse_running_loop(name: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"db.migrate.{name}() was called inside a running event loop; await {name}_async() instead")
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Bring the database at ``url`` up to ``revision`` (creating the SQLite file if needed)."""
+    _refuse_running_loop("upgrade")
+    log.info("upgrading database schema to %s", revision)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Take the database at ``url`` down to ``revision`` (``"base"`` drops every table)."""
+    _refuse_running_loop("downgrade")
+    log.info("downgrading database schema to %s", revision)
+    command.downgrade(alembic_config(url), revision)
+
+
+async def upgrade_async(url: str, revision: str = "head") -> None:
+    await asyncio.to_thread(upgrade, url, revision)
+
+
+async def downgrade_async(url: str, revision: str) -> None:
+    await asyncio.to_thread(downgrade, url, revision)
+
+
+def head_revision() -> str | None:
+    """The newest revision shipped with this code."""
+    return ScriptDirectory.from_config(alembic_config("")).get_current_head()
+
+
+async def current_revision(url: str) -> str | None:
+    """The revision the database at ``url`` is at (None for an empty database).
+
+    Lets the bot refuse to start on a database older than its code instead of failing later
+    on a missing column.
+    """
+    engine = make_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+    finally:
+        await engine.dispose()

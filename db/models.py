@@ -1,0 +1,446 @@
+"""The tables: what the game keeps between turns and what the Discord bot keeps between restarts.
+
+Column defaults here are the only place a default lives (a guild's settings, a character's
+starting stats); commands and queries never repeat them. Each default is given both to Python
+(so a new object reads it before the flush) and to the database (so rows written by a
+revision or by hand get it too).
+
+Enumerations are stored as short strings with a CHECK constraint rather than native enum
+types, so SQLite and PostgreSQL hold the same schema and a new value is a plain revision.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+
+from sqlalchemy import (
+    CheckConstraint,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+    true,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from db.base import Base, CreatedAt, IntPK, Snowflake, Timestamp
+from game.history import DEFAULT_WINDOW, MAX_WINDOW
+from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
+from game.state import DELTA_MAX, DELTA_MIN, STAT_MAX, STAT_MIN, STAT_START
+
+# Guild settings defaults (the single place they live).
+DEFAULT_PAUSED = False
+DEFAULT_TURNS_PER_HOUR = 20
+DEFAULT_MAX_QUEUED_TURNS = 10
+DEFAULT_HISTORY_WINDOW = DEFAULT_WINDOW
+
+
+class StoryStatus(enum.StrEnum):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+
+
+class TurnOrder(enum.StrEnum):
+    FREE = "free"
+    ROUND_ROBIN = "round_robin"
+
+
+class JobKind(enum.StrEnum):
+    ACT = "act"
+    REROLL = "reroll"
+    STORY = "story"
+
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+IN_FLIGHT = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+def _str_enum(cls: type[enum.StrEnum], name: str) -> Enum:
+    """A VARCHAR + CHECK enum holding the members' values (not their Python names).
+
+    ``name`` only names the CHECK constraint (``ck_<table>_<name>``); pass the column's name.
+    """
+    return Enum(
+        cls,
+        name=name,
+        native_enum=False,
+        create_constraint=True,
+        length=16,
+        values_callable=lambda members: [m.value for m in members],
+        validate_strings=True,
+    )
+
+
+def _range_checks(*columns: str, low: int = STAT_MIN, high: int = STAT_MAX) -> list[CheckConstraint]:
+    # ``name`` is the %(constraint_name)s part; the convention prefixes ck_<table>_.
+    return [CheckConstraint(f"{c} IS NULL OR ({c} BETWEEN {low} AND {high})", name=f"{c}_range") for c in columns]
+
+
+# --------------------------------------------------------------------------------------------
+# Guilds and their settings
+# --------------------------------------------------------------------------------------------
+
+
+class Guild(Base):
+    __tablename__ = "guilds"
+
+    id: Mapped[Snowflake] = mapped_column(primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(100), default="")
+    created_at: Mapped[CreatedAt]
+
+    settings: Mapped[GuildSettings] = relationship(
+        back_populates="guild",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+    )
+    players: Mapped[list[Player]] = relationship(
+        back_populates="guild",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+    )
+    stories: Mapped[list[Story]] = relationship(
+        back_populates="guild",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+    )
+
+
+class GuildSettings(Base):
+    """One row per guild, created with the guild; the admin settings commands edit it."""
+
+    __tablename__ = "guild_settings"
+    __table_args__ = (
+        CheckConstraint("turns_per_hour >= 0", name="turns_per_hour_range"),
+        CheckConstraint("max_queued_turns >= 0", name="max_queued_turns_range"),
+        CheckConstraint(f"history_window BETWEEN 1 AND {MAX_WINDOW}", name="history_window_range"),
+    )
+
+    guild_id: Mapped[Snowflake] = mapped_column(
+        ForeignKey("guilds.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    paused: Mapped[bool] = mapped_column(default=DEFAULT_PAUSED, server_default=false())
+    turns_per_hour: Mapped[int] = mapped_column(
+        default=DEFAULT_TURNS_PER_HOUR, server_default=text(str(DEFAULT_TURNS_PER_HOUR))
+    )
+    max_queued_turns: Mapped[int] = mapped_column(
+        default=DEFAULT_MAX_QUEUED_TURNS, server_default=text(str(DEFAULT_MAX_QUEUED_TURNS))
+    )
+    history_window: Mapped[int] = mapped_column(
+        default=DEFAULT_HISTORY_WINDOW, server_default=text(str(DEFAULT_HISTORY_WINDOW))
+    )
+
+    guild: Mapped[Guild] = relationship(back_populates="settings", lazy="raise_on_sql")
+
+
+class AllowedChannel(Base):
+    """Channels where play is allowed; a guild with none allows every channel."""
+
+    __tablename__ = "allowed_channels"
+
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"), primary_key=True)
+    channel_id: Mapped[Snowflake] = mapped_column(primary_key=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Players and characters
+# --------------------------------------------------------------------------------------------
+
+
+class Player(Base):
+    __tablename__ = "players"
+    __table_args__ = (UniqueConstraint("guild_id", "user_id"),)
+
+    id: Mapped[IntPK]
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"))
+    user_id: Mapped[Snowflake]
+    created_at: Mapped[CreatedAt]
+
+    guild: Mapped[Guild] = relationship(back_populates="players", lazy="raise_on_sql")
+    characters: Mapped[list[Character]] = relationship(
+        back_populates="player",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+    )
+
+
+class Character(Base):
+    __tablename__ = "characters"
+    __table_args__ = (
+        UniqueConstraint("player_id", "name"),
+        *_range_checks("stamina", "social", "entertainment"),
+        # A player plays one character at a time; the index makes a second active one impossible.
+        Index(
+            "uq_characters_one_active_per_player",
+            "player_id",
+            unique=True,
+            sqlite_where=text("is_active"),
+            postgresql_where=text("is_active"),
+        ),
+    )
+
+    id: Mapped[IntPK]
+    player_id: Mapped[int] = mapped_column(ForeignKey("players.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(MAX_FIELD_CHARS))
+    stamina: Mapped[int] = mapped_column(default=STAT_START, server_default=text(str(STAT_START)))
+    social: Mapped[int] = mapped_column(default=STAT_START, server_default=text(str(STAT_START)))
+    entertainment: Mapped[int] = mapped_column(default=STAT_START, server_default=text(str(STAT_START)))
+    is_active: Mapped[bool] = mapped_column(default=True, server_default=true())
+    created_at: Mapped[CreatedAt]
+
+    player: Mapped[Player] = relationship(back_populates="characters", lazy="raise_on_sql")
+    turns: Mapped[list[Turn]] = relationship(
+        back_populates="character",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+        order_by="Turn.id",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Shared stories
+# --------------------------------------------------------------------------------------------
+
+
+class Story(Base):
+    """A story played by several players in one channel; its turns are numbered by ``seq``."""
+
+    __tablename__ = "stories"
+    __table_args__ = (
+        # At most one active story per channel; archived ones pile up freely.
+        Index(
+            "uq_stories_one_active_per_channel",
+            "channel_id",
+            unique=True,
+            sqlite_where=text("status = 'active'"),
+            postgresql_where=text("status = 'active'"),
+        ),
+    )
+
+    id: Mapped[IntPK]
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"), index=True)
+    channel_id: Mapped[Snowflake]
+    title: Mapped[str] = mapped_column(String(100))
+    status: Mapped[StoryStatus] = mapped_column(
+        _str_enum(StoryStatus, "status"),
+        default=StoryStatus.ACTIVE,
+        server_default=StoryStatus.ACTIVE.value,
+    )
+    turn_order: Mapped[TurnOrder] = mapped_column(
+        _str_enum(TurnOrder, "turn_order"),
+        default=TurnOrder.FREE,
+        server_default=TurnOrder.FREE.value,
+    )
+    # The last seq handed out; bumped with an UPDATE so concurrent turns get distinct numbers.
+    last_seq: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    created_by: Mapped[Snowflake]
+    created_at: Mapped[CreatedAt]
+    ended_at: Mapped[Timestamp | None]
+
+    guild: Mapped[Guild] = relationship(back_populates="stories", lazy="raise_on_sql")
+    members: Mapped[list[StoryMember]] = relationship(
+        back_populates="story",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+        order_by="StoryMember.position",
+    )
+    turns: Mapped[list[Turn]] = relationship(
+        back_populates="story", passive_deletes=True, lazy="raise", order_by="Turn.seq"
+    )
+
+
+class StoryMember(Base):
+    __tablename__ = "story_members"
+    __table_args__ = (UniqueConstraint("story_id", "character_id"),)
+
+    id: Mapped[IntPK]
+    story_id: Mapped[int] = mapped_column(ForeignKey("stories.id", ondelete="CASCADE"))
+    character_id: Mapped[int] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int]  # round-robin order, 0-based, in order of joining
+    joined_at: Mapped[CreatedAt]
+    left_at: Mapped[Timestamp | None]
+
+    story: Mapped[Story] = relationship(back_populates="members", lazy="raise_on_sql")
+    character: Mapped[Character] = relationship(lazy="raise_on_sql")
+
+
+# --------------------------------------------------------------------------------------------
+# Turns and the jobs that make them
+# --------------------------------------------------------------------------------------------
+
+
+class Turn(Base):
+    """One instruction and, once its job is done, what it did to the character.
+
+    Deltas, state after, flow and representation stay NULL until the result is applied, so
+    "completed" is ``stamina_after IS NOT NULL``.
+    """
+
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("story_id", "seq"),
+        CheckConstraint("(story_id IS NULL) = (seq IS NULL)", name="seq_iff_story"),
+        *_range_checks("d_motion", "d_social", "d_entertainment", "d_stamina", low=DELTA_MIN, high=DELTA_MAX),
+        *_range_checks("stamina_after", "social_after", "entertainment_after"),
+    )
+
+    id: Mapped[IntPK]
+    character_id: Mapped[int] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"), index=True)
+    story_id: Mapped[int | None] = mapped_column(ForeignKey("stories.id", ondelete="SET NULL"))
+    seq: Mapped[int | None]
+    instruction: Mapped[str] = mapped_column(String(MAX_LINE_CHARS))
+    seed: Mapped[Snowflake]  # 0..2**63-1 per the contract: a BIGINT
+    model: Mapped[str] = mapped_column(String(32))
+    d_motion: Mapped[int | None]
+    d_social: Mapped[int | None]
+    d_entertainment: Mapped[int | None]
+    d_stamina: Mapped[int | None]
+    stamina_after: Mapped[int | None]
+    social_after: Mapped[int | None]
+    entertainment_after: Mapped[int | None]
+    flow: Mapped[float | None] = mapped_column(Float)
+    representation: Mapped[bytes | None] = mapped_column(LargeBinary)
+    clip_path: Mapped[str | None] = mapped_column(String(1024))
+    created_at: Mapped[CreatedAt]
+
+    character: Mapped[Character] = relationship(back_populates="turns", lazy="raise_on_sql")
+    story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")
+    job: Mapped[Job | None] = relationship(
+        back_populates="turn",
+        cascade="save-update, merge, delete, delete-orphan",
+        passive_deletes=True,
+        lazy="raise",
+    )
+
+
+def new_task_id() -> str:
+    """Celery task ids are chosen by us, before sending, so the row and the message agree."""
+    return str(uuid.uuid4())
+
+
+class Job(Base):
+    """The queue-side life of a turn: sent, running, done; and where its messages are."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint("progress BETWEEN 0 AND 1", name="progress_range"),
+        Index("ix_jobs_status_id", "status", "id"),
+    )
+
+    id: Mapped[IntPK]
+    turn_id: Mapped[int] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), unique=True)
+    task_id: Mapped[str] = mapped_column(String(64), unique=True, default=new_task_id)
+    kind: Mapped[JobKind] = mapped_column(_str_enum(JobKind, "kind"), default=JobKind.ACT)
+    status: Mapped[JobStatus] = mapped_column(
+        _str_enum(JobStatus, "status"),
+        default=JobStatus.QUEUED,
+        server_default=JobStatus.QUEUED.value,
+    )
+    progress: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    step: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    total: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    error: Mapped[str | None] = mapped_column(Text)
+    guild_id: Mapped[Snowflake | None]
+    channel_id: Mapped[Snowflake | None]
+    user_id: Mapped[Snowflake | None]
+    progress_message_id: Mapped[Snowflake | None]
+    result_message_id: Mapped[Snowflake | None]
+    queued_at: Mapped[CreatedAt]
+    started_at: Mapped[Timestamp | None]
+    finished_at: Mapped[Timestamp | None]
+    applied_at: Mapped[Timestamp | None]
+
+    turn: Mapped[Turn] = relationship(back_populates="job", lazy="raise_on_sql")
+
+
+# --------------------------------------------------------------------------------------------
+# Moderation and bookkeeping
+# --------------------------------------------------------------------------------------------
+
+
+class Ban(Base):
+    __tablename__ = "bans"
+    __table_args__ = (UniqueConstraint("guild_id", "user_id"),)
+
+    id: Mapped[IntPK]
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"))
+    user_id: Mapped[Snowflake]
+    reason: Mapped[str | None] = mapped_column(String(500))
+    banned_by: Mapped[Snowflake]
+    created_at: Mapped[CreatedAt]
+
+
+class BlockedTerm(Base):
+    __tablename__ = "blocked_terms"
+    __table_args__ = (UniqueConstraint("guild_id", "term"),)
+
+    id: Mapped[IntPK]
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"))
+    term: Mapped[str] = mapped_column(String(100))
+    added_by: Mapped[Snowflake]
+    created_at: Mapped[CreatedAt]
+
+
+class AuditLog(Base):
+    """What admins did, for the guild's own review; ``details`` is free text (often JSON)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_guild_id_id", "guild_id", "id"),)
+
+    id: Mapped[IntPK]
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"))
+    actor_id: Mapped[Snowflake]
+    action: Mapped[str] = mapped_column(String(50))
+    target: Mapped[str | None] = mapped_column(String(200))
+    details: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[CreatedAt]
+
+
+class AppState(Base):
+    """Process-wide facts that outlive a restart, e.g. the hash of the last command sync."""
+
+    __tablename__ = "app_state"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+__all__ = [
+    "IN_FLIGHT",
+    "AllowedChannel",
+    "AppState",
+    "AuditLog",
+    "Ban",
+    "BlockedTerm",
+    "Character",
+    "Guild",
+    "GuildSettings",
+    "Job",
+    "JobKind",
+    "JobStatus",
+    "Player",
+    "Story",
+    "StoryMember",
+    "StoryStatus",
+    "Turn",
+    "TurnOrder",
+]

@@ -1,0 +1,133 @@
+"""`animegamer demo` and friends, run as a user runs them: subprocesses on a fresh data folder."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.workers import REPO, worker_env
+from worker.pipeline.video import decode_mp4
+
+TWO_LINES = (
+    "Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky.\n"
+    "# a comment, then a blank line\n\n"
+    "Character: Qiqi; Motion: gently lie down; Background: night bedroom.\n"
+)
+
+
+def animegamer(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "animegamer", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def processes_with(data_dir: Path) -> list[int]:
+    """PIDs of live processes started with this data folder in their environment (the demo's worker)."""
+    marker = f"ANIMEGAMER_DATA_DIR={data_dir}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.slow
+def test_the_demo_on_a_two_line_file_writes_its_clips_and_story_page(tmp_path):
+    (tmp_path / "story.txt").write_text(TWO_LINES)
+    out = tmp_path / "out"
+    done = animegamer(
+        "demo", "--instructions", str(tmp_path / "story.txt"), "--out", str(out), env=worker_env(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["story.html", "turn_01.mp4", "turn_02.mp4"]
+    for clip in ("turn_01.mp4", "turn_02.mp4"):
+        assert decode_mp4((out / clip).read_bytes()).shape == (17, 64, 96, 3)
+    page = (out / "story.html").read_text()
+    assert "quickly flying on broomstick" in page and "gently lie down" in page
+    assert page.count("<video") == 2
+    assert "tiny model, random weights" in page
+    assert "Complete: 2 turns" in page
+
+
+def test_a_malformed_instruction_file_is_refused_before_anything_starts(tmp_path):
+    (tmp_path / "bad.txt").write_text("Character: Qiqi; Motion: fly; Background: sky.\nQiqi flies\n")
+    done = animegamer(
+        "demo", "--instructions", str(tmp_path / "bad.txt"), "--out", str(tmp_path), env=worker_env(tmp_path)
+    )
+    assert done.returncode == 2
+    assert "line 2" in done.stderr and "Character: Qiqi; Motion:" in done.stderr
+    assert not (tmp_path / "broker.db").exists()
+
+
+def test_an_unknown_model_name_is_refused_with_the_known_ones(tmp_path):
+    done = animegamer("demo", env=worker_env(tmp_path, ANIMEGAMER_MODEL="huge"))
+    assert done.returncode == 1
+    assert "Unknown model 'huge'" in done.stderr and "tiny" in done.stderr
+
+
+def test_a_broker_that_does_not_answer_stops_the_demo_with_a_message(tmp_path):
+    done = animegamer("demo", env=worker_env(tmp_path, "redis://127.0.0.1:9/0"), timeout=60)
+    assert done.returncode == 1
+    assert "does not answer" in done.stderr
+
+
+def test_every_command_has_help():
+    for command in ([], ["demo"], ["play"], ["worker"], ["db"], ["db", "upgrade"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "animegamer", *command, "--help"], capture_output=True, text=True, cwd=REPO
+        )
+        assert done.returncode == 0 and "usage: animegamer" in done.stdout, command
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_demo_stops_the_worker_and_leaves_only_complete_files(tmp_path):
+    out = tmp_path / "out"
+    env = worker_env(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "animegamer", "demo", "--out", str(out)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not (out / "turn_01.mp4").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the demo made no clip"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Stopped after" in stderr
+    assert processes_with(tmp_path) == []
+    clips = sorted(out.glob("turn_*.mp4"))
+    assert 1 <= len(clips) < 8
+    for clip in clips:
+        assert decode_mp4(clip.read_bytes()).shape[0] == 17
+    assert not [p for p in out.iterdir() if p.name.endswith(".partial")]
+    assert "Stopped after" in (out / "story.html").read_text()
+
+
+def test_db_upgrade_on_a_path_that_cannot_be_a_database_says_so(tmp_path):
+    (tmp_path / "animegamer.db").mkdir()
+    done = animegamer("db", "upgrade", env=worker_env(tmp_path), timeout=60)
+    assert done.returncode == 1
+    assert "animegamer.db" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_db_upgrade_creates_the_database(tmp_path):
+    done = animegamer("db", "upgrade", env=worker_env(tmp_path), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "animegamer.db").stat().st_size > 0

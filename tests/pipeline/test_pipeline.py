@@ -1,0 +1,92 @@
+"""The tiny pipeline end to end: a TurnRequest in, a playable, reproducible TurnResult out."""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load as load_safetensors
+
+from game.contract import RANDOM_WEIGHTS_LABEL, HistoryTurn, TurnRequest
+from game.motion import flow_for
+from worker.pipeline.pipeline import PipelineLoadError, load_pipeline
+from worker.pipeline.video import decode_mp4, probe_mp4
+
+LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
+
+
+@pytest.fixture(scope="module")
+def first_turn(tiny_pipeline):
+    return tiny_pipeline(TurnRequest(job_id="t1", instruction=LINE, seed=7))
+
+
+def test_the_clip_decodes_to_the_configured_frame_count_and_size(first_turn, tiny_pipeline):
+    cfg = tiny_pipeline.config
+    assert decode_mp4(first_turn.mp4).shape == (cfg.num_frames, cfg.height, cfg.width, 3)
+    assert (first_turn.num_frames, first_turn.height, first_turn.width) == (cfg.num_frames, cfg.height, cfg.width)
+
+
+def test_the_clip_is_h264_yuv420p_at_eight_frames_a_second(first_turn):
+    info = probe_mp4(first_turn.mp4)
+    assert (info["codec"], info["pix_fmt"], round(info["fps"])) == ("h264", "yuv420p", 8)
+
+
+def test_the_flow_follows_the_predicted_motion_level(first_turn):
+    assert first_turn.flow == flow_for(first_turn.deltas.motion)
+
+
+def test_the_representation_travels_as_safetensors_of_226_condition_tokens(first_turn, tiny_pipeline):
+    tensor = load_safetensors(first_turn.representation)["representation"]
+    assert tuple(tensor.shape) == (226, tiny_pipeline.config.decoder.hidden_size)
+
+
+def test_random_weights_are_labelled_as_such(first_turn):
+    assert first_turn.model == "tiny" and first_turn.label == RANDOM_WEIGHTS_LABEL
+
+
+def test_every_stage_is_timed(first_turn):
+    assert set(first_turn.timings) == {"prompt", "state_pass", "representation_pass", "denoise", "vae", "encode"}
+
+
+def test_the_same_seed_gives_the_same_bytes(first_turn, tiny_pipeline):
+    again = tiny_pipeline(TurnRequest(job_id="t1", instruction=LINE, seed=7))
+    assert again.mp4 == first_turn.mp4 and again.representation == first_turn.representation
+
+
+def test_another_seed_gives_another_clip(first_turn, tiny_pipeline):
+    assert tiny_pipeline(TurnRequest(job_id="t2", instruction=LINE, seed=8)).mp4 != first_turn.mp4
+
+
+def test_a_past_turn_in_the_prompt_changes_the_representation(first_turn, tiny_pipeline):
+    past = HistoryTurn(instruction=LINE, representation=first_turn.representation, deltas=first_turn.deltas)
+    later = tiny_pipeline(TurnRequest(job_id="t3", instruction=LINE, seed=7, history=[past]))
+    assert later.representation != first_turn.representation
+
+
+def test_progress_reports_every_denoising_step(tiny_pipeline):
+    seen = []
+    tiny_pipeline(TurnRequest(job_id="t4", instruction=LINE, seed=1), on_progress=lambda *a: seen.append(a))
+    steps = [step for stage, step, _ in seen if stage == "denoise"]
+    assert steps == list(range(tiny_pipeline.config.sampler.num_steps + 1))
+
+
+def test_a_history_representation_of_the_wrong_shape_is_refused_before_any_work(first_turn, tiny_pipeline):
+    import torch
+    from safetensors.torch import save
+
+    bad = save({"representation": torch.zeros(10, 3)})
+    past = HistoryTurn(instruction=LINE, representation=bad, deltas=first_turn.deltas)
+    with pytest.raises(ValueError, match="expected"):
+        tiny_pipeline(TurnRequest(job_id="t5", instruction=LINE, seed=1, history=[past]))
+
+
+def test_an_unknown_model_name_lists_the_known_ones():
+    with pytest.raises(PipelineLoadError, match="tiny"):
+        load_pipeline("huge")
+
+
+def test_the_full_model_without_a_gpu_says_so_and_offers_tiny():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(PipelineLoadError, match="ANIMEGAMER_MODEL=tiny"):
+        load_pipeline("full", device="auto")

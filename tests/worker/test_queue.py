@@ -1,0 +1,78 @@
+"""The queue for real: worker processes on the SQLite broker and on Redis."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from game.contract import TASK_NAME, TurnRequest, TurnResult
+from tests.workers import Worker, redis_url_or_skip, settings_for, start_worker, worker_env
+from worker.celery_app import BrokerUnavailable, check_broker, make_celery
+from worker.pipeline.video import decode_mp4
+
+LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
+
+
+def send_turn(worker: Worker, job_id: str, seed: int = 1):
+    request = TurnRequest(job_id=job_id, instruction=LINE, seed=seed)
+    return worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=job_id)
+
+
+def test_importing_the_celery_app_and_its_task_does_not_import_torch():
+    code = "import sys, worker.celery_app, worker.tasks; print('torch' in sys.modules)"
+    assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"
+
+
+@pytest.mark.slow
+def test_a_worker_on_the_sqlite_broker_completes_a_turn_sent_by_name(sqlite_worker):
+    result = TurnResult.model_validate(send_turn(sqlite_worker, "sqlite-1").get(timeout=120))
+    assert result.job_id == "sqlite-1"
+    assert decode_mp4(result.mp4).shape == (17, 64, 96, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_worker_on_redis_completes_a_turn_sent_by_name(redis_worker):
+    result = TurnResult.model_validate(send_turn(redis_worker, "redis-1").get(timeout=120))
+    assert result.job_id == "redis-1"
+    assert decode_mp4(result.mp4).shape == (17, 64, 96, 3)
+
+
+@pytest.mark.slow
+def test_a_request_that_breaks_the_contract_fails_with_a_clear_error(sqlite_worker):
+    async_result = sqlite_worker.app.send_task(TASK_NAME, args=[{"instruction": "fly"}], task_id="bad-1")
+    with pytest.raises(Exception, match="Invalid turn request"):
+        async_result.get(timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker", ["sqlite", "redis"])
+def test_a_turn_whose_worker_is_killed_mid_task_is_redelivered_not_lost(broker, tmp_path):
+    url = redis_url_or_skip() if broker == "redis" else None
+    # A long turn (1,000 denoising steps) so the kill lands mid-task, and a short visibility timeout.
+    env = worker_env(tmp_path, url, ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_VISIBILITY_TIMEOUT="3")
+    doomed = start_worker(env)
+    async_result = send_turn(doomed, f"kill-{broker}")
+    deadline = time.monotonic() + 60
+    while not (async_result.state == "PROGRESS" and (async_result.info or {}).get("stage") == "denoise"):
+        assert async_result.state != "FAILURE", async_result.result
+        assert time.monotonic() < deadline, "the turn never started denoising"
+        time.sleep(0.05)
+    doomed.kill(signal.SIGKILL)
+
+    rescuer = start_worker({**env, "ANIMEGAMER_NUM_STEPS": "4"})
+    try:
+        result = TurnResult.model_validate(async_result.get(timeout=120))
+    finally:
+        rescuer.kill(signal.SIGTERM)
+    assert result.job_id == f"kill-{broker}"
+
+
+def test_a_broker_that_does_not_answer_is_reported_not_waited_for(tmp_path):
+    settings = settings_for(worker_env(tmp_path, "redis://127.0.0.1:9/0"))
+    with pytest.raises(BrokerUnavailable, match="does not answer"):
+        check_broker(make_celery(settings), timeout=1.0)

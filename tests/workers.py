@@ -1,0 +1,93 @@
+"""Real worker processes on real brokers, for the tests.
+
+Worker processes are `animegamer worker` subprocesses configured only through the
+environment, exactly as a user runs them; the test process talks to them through its own
+Celery app built from the same settings.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from animegamer.settings import Settings
+from worker.celery_app import make_celery
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+WORKER_START_SECONDS = 120
+
+
+def redis_url_or_skip() -> str:
+    url = os.environ.get("ANIMEGAMER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis answers at {url} ({exc}); `make test` starts one where it can")
+    return url
+
+
+@dataclass
+class Worker:
+    """A running `animegamer worker` and a Celery app pointed at the same queue."""
+
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes]
+    app: Celery
+    log: Path
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+
+
+def worker_env(data_dir: Path, broker_url: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
+    env.update(
+        ANIMEGAMER_DATA_DIR=str(data_dir),
+        ANIMEGAMER_QUEUE=f"test-{uuid.uuid4().hex[:8]}",
+        ANIMEGAMER_MODEL="tiny",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
+    if broker_url:
+        env.update(ANIMEGAMER_BROKER_URL=broker_url, ANIMEGAMER_RESULT_BACKEND=broker_url)
+    env.update(extra)
+    return env
+
+
+def settings_for(env: dict[str, str]) -> Settings:
+    return Settings(**{k.removeprefix("ANIMEGAMER_").lower(): v for k, v in env.items() if k.startswith("ANIMEGAMER_")})
+
+
+def start_worker(env: dict[str, str]) -> Worker:
+    """Start a worker and wait until it has loaded the model and is consuming."""
+    log = Path(env["ANIMEGAMER_DATA_DIR"]) / f"worker-{uuid.uuid4().hex[:6]}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "animegamer", "worker", "--loglevel", "INFO"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    deadline = time.monotonic() + WORKER_START_SECONDS
+    while b"ready." not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"worker did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.1)
+    return Worker(env, proc, make_celery(settings_for(env)), log)

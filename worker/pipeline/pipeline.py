@@ -1,0 +1,202 @@
+"""The AnimeGamer pipeline: one TurnRequest in, one TurnResult out.
+
+Reads top to bottom like a diffusers pipeline: check inputs, build the prompt, the MLLM's two
+passes (state tokens, then the representation), the denoising loop with dynamic CFG over the
+motion-scope-conditioned decoder, the VAE, MP4 encoding. Progress and cancellation go through
+``on_progress``; nothing application-specific lives in the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from game.contract import TurnRequest, TurnResult
+from game.motion import flow_for
+from worker.pipeline.config import PipelineConfig, get_config
+from worker.pipeline.decoder import AnimeGamerDecoder
+from worker.pipeline.mllm import AnimeGamerMLLM
+from worker.pipeline.prompt import build_prompt
+from worker.pipeline.sampler import DPMSolverSDESampler, guidance_weight
+from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase
+from worker.pipeline.vae import build_vae, decode_latents
+from worker.pipeline.video import encode_mp4
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[str, int, int], None]
+REPRESENTATION_KEY = "representation"
+
+
+class PipelineLoadError(RuntimeError):
+    """The pipeline cannot be built here; the message says why and what to do instead."""
+
+
+@dataclass
+class AnimeGamerPipeline:
+    config: PipelineConfig
+    tokenizer: AnimeGamerTokenizer
+    mllm: AnimeGamerMLLM
+    decoder: AnimeGamerDecoder
+    vae: torch.nn.Module
+    device: torch.device
+    dtype: torch.dtype
+
+    @classmethod
+    def random_weights(cls, config: PipelineConfig, device: str = "cpu") -> AnimeGamerPipeline:
+        """The architecture at the config's sizes with seeded random weights (labelled as such)."""
+        torch_device = torch.device(device)
+        # float32 on the CPU, where bf16 matmuls are slow; bf16 on a GPU, as the release runs the MLLM.
+        dtype = torch.float32 if torch_device.type == "cpu" else torch.bfloat16
+        torch.manual_seed(config.weights_seed)
+        tokenizer = AnimeGamerTokenizer(ByteBase(vocab_size=config.mllm.base_vocab_size))
+        mllm = AnimeGamerMLLM(
+            config.mllm, tokenizer.vocab_size, config.decoder.hidden_size, num_query_tokens=config.num_query_tokens
+        )
+        decoder = AnimeGamerDecoder.from_pipeline_config(config.decoder)
+        vae = build_vae(config.vae)
+        for module in (mllm, decoder, vae):
+            module.to(torch_device).eval()
+            if dtype != torch.float32:  # built in float32; skipping a no-op cast also skips diffusers' warning
+                module.to(dtype)
+        return cls(config, tokenizer, mllm, decoder, vae, torch_device, dtype)
+
+    @torch.no_grad()
+    def __call__(self, request: TurnRequest, on_progress: ProgressFn | None = None) -> TurnResult:
+        report = on_progress or (lambda stage, step, total: None)
+        cfg = self.config
+        timings: dict[str, float] = {}
+
+        # 1. Check inputs before any model work.
+        history = [self._read_representation(turn.representation) for turn in request.history]
+
+        # 2. Prompt: past turns, then the current one ending at <ML>.
+        with _timed(timings, "prompt"):
+            prompt = build_prompt(self.tokenizer, request.instruction, request.history, cfg.num_query_tokens)
+
+        # 3. MLLM: four constrained forwards for the state tokens, one for the representation.
+        report("mllm", 0, 2)
+        with _timed(timings, "state_pass"):
+            embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
+            deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
+        report("mllm", 1, 2)
+        with _timed(timings, "representation_pass"):
+            representation = self.mllm.predict_representation(embeds, prompt)  # (1, 226, H_dit)
+        report("mllm", 2, 2)
+
+        # 4. Denoise a video latent conditioned on the representation and the motion scope.
+        flow = flow_for(deltas.motion)
+        with _timed(timings, "denoise"):
+            latents = self.denoise(representation, flow, request.seed, report)  # (1, F, C, h, w)
+
+        # 5. Decode to pixels and encode the clip.
+        report("vae", 0, 1)
+        with _timed(timings, "vae"):
+            frames = decode_latents(self.vae, latents.to(self.dtype), cfg.vae.scaling_factor)[0]  # (T, H, W, 3) uint8
+        report("encode", 0, 1)
+        with _timed(timings, "encode"):
+            mp4 = encode_mp4(frames, cfg.fps)
+        report("encode", 1, 1)
+
+        return TurnResult(
+            job_id=request.job_id,
+            model=cfg.name,
+            label=cfg.label,
+            seed=request.seed,
+            deltas=deltas,
+            flow=flow,
+            mp4=mp4,
+            representation=self._write_representation(representation[0]),
+            num_frames=int(frames.shape[0]),
+            height=int(frames.shape[1]),
+            width=int(frames.shape[2]),
+            fps=cfg.fps,
+            timings=timings,
+        )
+
+    def denoise(self, representation: torch.Tensor, flow: float, seed: int, report: ProgressFn) -> torch.Tensor:
+        """DPM-Solver++(2M) SDE with dynamic CFG; the CFG pair runs as one batch of two."""
+        cfg = self.config
+        sampler = DPMSolverSDESampler(cfg.sampler)
+        num_steps = cfg.sampler.num_steps
+        generator = torch.Generator("cpu").manual_seed(seed)
+        shape = (1, cfg.latent_frames, cfg.decoder.latent_channels, cfg.latent_height, cfg.latent_width)
+        noise = torch.randn(shape, generator=generator).to(self.device)  # drawn on the CPU: same clip on any device
+
+        # The unconditional half is a constant of the decoder; the conditional half is the MLLM's output.
+        condition = torch.cat([self.decoder.unconditional_tokens(1), representation.to(self.dtype)])  # (2, 226, D)
+        flow_pair = torch.full((2,), flow, device=self.device)
+
+        def predict_v(x: torch.Tensor, timestep: int, step_index: int) -> torch.Tensor:
+            pair = torch.cat([x, x]).to(self.dtype)  # (2, F, C, h, w)
+            t = torch.full((2,), timestep, device=self.device)
+            v_uncond, v_cond = self.decoder(pair, t, condition, flow_pair).float().chunk(2)
+            w = guidance_weight(
+                step_index,
+                timestep,
+                num_steps,
+                scale=cfg.sampler.guidance_scale,
+                exponent=cfg.sampler.guidance_exponent,
+                mode=cfg.sampler.guidance_mode,
+            )
+            return v_uncond + w * (v_cond - v_uncond)
+
+        report("denoise", 0, num_steps)
+        return sampler.sample(predict_v, noise.float(), generator, callback=lambda i, n: report("denoise", i + 1, n))
+
+    def _read_representation(self, data: bytes) -> torch.Tensor:
+        cfg = self.config
+        expected = (cfg.num_query_tokens, cfg.decoder.hidden_size)
+        try:
+            tensor = load_safetensors(data)[REPRESENTATION_KEY]
+        except Exception as exc:
+            raise ValueError(f"A history turn's representation is not readable safetensors: {exc}") from exc
+        if tuple(tensor.shape) != expected:
+            raise ValueError(f"A history turn's representation has shape {tuple(tensor.shape)}; expected {expected}.")
+        return tensor.to(self.device, self.dtype)
+
+    @staticmethod
+    def _write_representation(representation: torch.Tensor) -> bytes:
+        # float16 halves what travels back to the bot and into its database; history tolerates it.
+        return save_safetensors({REPRESENTATION_KEY: representation.to(torch.float16).cpu().contiguous()})
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PipelineLoadError(f"ANIMEGAMER_DEVICE={device} but no CUDA GPU is visible. Use cpu or auto.")
+    return device
+
+
+def load_pipeline(name: str, device: str = "auto", num_steps: int | None = None) -> AnimeGamerPipeline:
+    """The pipeline a worker serves, by model name; built once per worker process."""
+    try:
+        config = get_config(name)
+    except ValueError as exc:
+        raise PipelineLoadError(str(exc)) from exc
+    if num_steps:
+        config = replace(config, sampler=replace(config.sampler, num_steps=num_steps))
+    resolved = resolve_device(device)
+    if config.name == "full" and resolved == "cpu":
+        raise PipelineLoadError(
+            "The full-size model needs a CUDA GPU and none is visible; use ANIMEGAMER_MODEL=tiny on this machine."
+        )
+    started = time.perf_counter()
+    pipeline = AnimeGamerPipeline.random_weights(config, resolved)
+    log.info("loaded %s pipeline on %s in %.1fs", config.name, resolved, time.perf_counter() - started)
+    return pipeline
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    timings[name] = time.perf_counter() - started

@@ -1,0 +1,200 @@
+"""The AnimeGamer vocabulary: a base text vocabulary plus the 284 tokens the release adds.
+
+The added tokens sit directly after the base vocabulary in a fixed order (ANIMEGAMER.md,
+"Tokenizer"), so their ids follow from the base size alone: with Mistral's 32,000 pieces they
+are exactly the release's ids, and with the byte-level ``ByteBase`` the tiny model gets the same
+layout without any file. Prompts are built id by id (``prompt.py``) and states are read back by
+id, so nothing here ever parses special-token strings out of text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from worker.pipeline.config import NUM_FRAME_TOKENS
+
+logger = logging.getLogger(__name__)
+
+STRENGTH_MIN, STRENGTH_MAX = -5, 5
+
+# The tokens after the frame tokens, in id order; the Strength tokens are spliced in after "</frame>".
+_MEDIA_TOKENS = ("<img>", "</img>", "<vid>", "</vid>", "<frame>", "</frame>")
+_STATE_TOKENS = ("<visual>", "<ML>", "</ML>", "<SC>", "</SC>", "<ET>", "</ET>", "<ST>", "</ST>", "<TURN>", "</TURN>")
+
+
+def frame_token_name(index: int) -> str:
+    return f"<frame_{index:05d}>"
+
+
+def strength_token_name(value: int) -> str:
+    return f"<Strength_{value}>"
+
+
+def added_token_names() -> list[str]:
+    """The 284 added tokens in id order (offset 0 is the first id after the base vocabulary)."""
+    frames = [frame_token_name(i) for i in range(NUM_FRAME_TOKENS)]
+    strengths = [strength_token_name(v) for v in range(STRENGTH_MIN, STRENGTH_MAX + 1)]
+    return [*frames, *_MEDIA_TOKENS, *strengths, *_STATE_TOKENS]
+
+
+class BaseVocabulary(Protocol):
+    """What ``AnimeGamerTokenizer`` needs from a base text vocabulary."""
+
+    vocab_size: int
+    bos_id: int
+    eos_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class ByteBase:
+    """A file-free base vocabulary for the tiny model: three control ids, then the 256 UTF-8 bytes.
+
+    Any text encodes losslessly, so the tiny model runs the same prompt code path as the full one.
+    """
+
+    unk_id, bos_id, eos_id = 0, 1, 2
+    byte_offset = 3  # id = byte + 3
+    num_bytes = 256
+
+    def __init__(self, vocab_size: int = byte_offset + num_bytes) -> None:
+        # A larger declared size stands in for Mistral's 32,000 when the full-size model runs on
+        # random weights with no tokenizer file: the ids past the bytes exist but are never produced.
+        if vocab_size < self.byte_offset + self.num_bytes:
+            raise ValueError(f"a byte vocabulary needs at least {self.byte_offset + self.num_bytes} ids")
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [self.byte_offset + b for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        # Control ids carry no text (as in SentencePiece); a broken UTF-8 sequence decodes to U+FFFD.
+        data = bytes(i - self.byte_offset for i in ids if self.byte_offset <= i < self.byte_offset + self.num_bytes)
+        return data.decode("utf-8", errors="replace")
+
+
+class SentencePieceBase:
+    """Mistral's SentencePiece vocabulary (32,000 pieces; unk 0, BOS 1, EOS 2) from a ``tokenizer.model``."""
+
+    def __init__(self, model_file: str | Path) -> None:
+        path = Path(model_file)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: no such file; expected the release's SentencePiece tokenizer.model "
+                "(the Mistral-7B vocabulary of 32,000 pieces)"
+            )
+        import sentencepiece  # only the full model needs it
+
+        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        self.vocab_size: int = self._sp.get_piece_size()
+        self.unk_id: int = self._sp.unk_id()
+        self.bos_id: int = self._sp.bos_id()
+        self.eos_id: int = self._sp.eos_id()
+
+    def encode(self, text: str) -> list[int]:
+        # The one place text becomes ids: exact parity with the release's slow LlamaTokenizer
+        # (prefix-space handling next to added tokens) is to be refined here and only here.
+        return list(self._sp.encode(text, out_type=int))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._sp.decode(list(ids))
+
+
+class AnimeGamerTokenizer:
+    """A base vocabulary plus the AnimeGamer tokens, which take ids ``base.vocab_size`` onward.
+
+    Args:
+        base (`BaseVocabulary`): the text vocabulary, e.g. `ByteBase()` or `SentencePieceBase(path)`.
+    """
+
+    def __init__(self, base: BaseVocabulary) -> None:
+        self.base = base
+        self.base_vocab_size = base.vocab_size
+        self._names = added_token_names()
+        self._ids = {name: self.base_vocab_size + offset for offset, name in enumerate(self._names)}
+        self._ids["<s>"], self._ids["</s>"] = base.bos_id, base.eos_id
+        self._strength_zero = self._ids[strength_token_name(0)]
+
+    @classmethod
+    def tiny(cls) -> AnimeGamerTokenizer:
+        return cls(ByteBase())
+
+    @classmethod
+    def from_sentencepiece(cls, path: str | Path) -> AnimeGamerTokenizer:
+        return cls(SentencePieceBase(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base_vocab_size + len(self._names)
+
+    @property
+    def bos_id(self) -> int:
+        return self.base.bos_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.base.eos_id
+
+    @property
+    def strength_ids(self) -> list[int]:
+        """The 11 Strength ids, in value order -5..5 (index + STRENGTH_MIN is the value)."""
+        return [self.strength_id(v) for v in range(STRENGTH_MIN, STRENGTH_MAX + 1)]
+
+    def token_id(self, name: str) -> int:
+        try:
+            return self._ids[name]
+        except KeyError:
+            raise KeyError(
+                f"{name!r} is not an AnimeGamer token; expected one of <s>, </s>, <frame_00000>..<frame_00255>, "
+                f"<Strength_-5>..<Strength_5>, {', '.join(_MEDIA_TOKENS + _STATE_TOKENS)}"
+            ) from None
+
+    def token_name(self, token_id: int) -> str:
+        """The name of an added token (or BOS/EOS); ``KeyError`` for plain text ids."""
+        offset = token_id - self.base_vocab_size
+        if 0 <= offset < len(self._names):
+            return self._names[offset]
+        if token_id == self.bos_id:
+            return "<s>"
+        if token_id == self.eos_id:
+            return "</s>"
+        raise KeyError(f"id {token_id} is a base text id, not a named token")
+
+    def frame_id(self, index: int) -> int:
+        if not 0 <= index < NUM_FRAME_TOKENS:
+            raise ValueError(f"frame index must be 0..{NUM_FRAME_TOKENS - 1}, got {index}")
+        return self.base_vocab_size + index
+
+    def strength_id(self, value: int) -> int:
+        if not STRENGTH_MIN <= value <= STRENGTH_MAX:
+            raise ValueError(f"strength must be {STRENGTH_MIN}..{STRENGTH_MAX}, got {value}")
+        return self._strength_zero + value
+
+    def strength_value(self, token_id: int) -> int | None:
+        value = token_id - self._strength_zero
+        return value if STRENGTH_MIN <= value <= STRENGTH_MAX else None
+
+    def encode(self, text: str) -> list[int]:
+        """Plain text to base ids, without BOS; token names in ``text`` are NOT turned into added ids."""
+        return self.base.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Base ids through the base vocabulary, added tokens as their names, joined without spaces."""
+        parts: list[str] = []
+        run: list[int] = []  # consecutive base ids decode together, so multi-byte characters survive
+        for token_id in ids:
+            if token_id >= self.base_vocab_size:
+                if run:
+                    parts.append(self.base.decode(run))
+                    run = []
+                parts.append(self.token_name(token_id))
+            else:
+                run.append(token_id)
+        if run:
+            parts.append(self.base.decode(run))
+        return "".join(parts)
