@@ -311,3 +311,15 @@ def test_representation_reads_frame_00003_to_ml_like_a_manual_forward(
         expected = model.output_resampler(hidden[:, first:])
     assert expected.shape[1] == 226
     torch.testing.assert_close(model.predict_representation(embeds, prompt), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_the_full_size_mllm_has_mistral_7b_with_the_animegamer_vocabulary():
+    from worker.pipeline.config import full
+
+    cfg = full()
+    with torch.device("meta"):
+        mllm = AnimeGamerMLLM(cfg.mllm, cfg.mllm.base_vocab_size + 284, cfg.decoder.hidden_size)
+    llm = sum(p.numel() for p in mllm.llm.parameters())
+    resamplers = sum(p.numel() for p in mllm.parameters()) - llm
+    assert 7.240e9 < llm < 7.248e9  # Mistral-7B (7.24 B) with 32,284 embedding and head rows
+    assert resamplers == (1920 * 4096 + 4096) + (4096 * 4096 + 4096) + (4096 * 1920 + 1920) + (1920 * 1920 + 1920)

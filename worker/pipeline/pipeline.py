@@ -24,7 +24,7 @@ from worker.pipeline.config import PipelineConfig, get_config
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt
-from worker.pipeline.sampler import DPMSolverSDESampler, guidance_weight
+from worker.pipeline.sampler import DPMSolverSDESampler
 from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase
 from worker.pipeline.vae import build_vae, decode_latents
 from worker.pipeline.video import encode_mp4
@@ -138,14 +138,7 @@ class AnimeGamerPipeline:
             pair = torch.cat([x, x]).to(self.dtype)  # (2, F, C, h, w)
             t = torch.full((2,), timestep, device=self.device)
             v_uncond, v_cond = self.decoder(pair, t, condition, flow_pair).float().chunk(2)
-            w = guidance_weight(
-                step_index,
-                timestep,
-                num_steps,
-                scale=cfg.sampler.guidance_scale,
-                exponent=cfg.sampler.guidance_exponent,
-                mode=cfg.sampler.guidance_mode,
-            )
+            w = sampler.guidance(step_index)
             return v_uncond + w * (v_cond - v_uncond)
 
         report("denoise", 0, num_steps)
