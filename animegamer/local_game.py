@@ -161,7 +161,12 @@ class LocalGame:
 def bar_progress(bar: Any, prefix: str = "") -> ProgressFn:
     """Show the worker's progress on a tqdm bar: the stage as its description, steps as its count."""
 
+    last: list[tuple[str, int, int]] = []
+
     def show(stage: str, step: int, total: int) -> None:
+        if last and last[-1] == (stage, step, total):
+            return  # the poll saw nothing new; a redraw would only flicker
+        last[:] = [(stage, step, total)]
         bar.set_description(f"{prefix}{stage}", refresh=False)
         bar.total, bar.n = total, step
         bar.refresh()

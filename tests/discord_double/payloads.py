@@ -1,0 +1,355 @@
+"""Discord API objects as the double's tests describe them, and the JSON Discord would send for them.
+
+The builders fill every field discord.py reads with ``data[...]`` so that a test only names what it is about
+(who clicks, whether they may manage the server) and the client never trips on a missing key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mimetypes
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+DISCORD_EPOCH_MS = 1_420_070_400_000
+MANAGE_GUILD = 1 << 5
+ADMINISTRATOR = 1 << 3
+ALL_PERMISSIONS = (1 << 51) - 1
+# What @everyone may do on a fresh server: read, talk, attach, use commands.
+DEFAULT_PERMISSIONS = (
+    (1 << 6) | (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16) | (1 << 18) | (1 << 31) | (1 << 38)
+)
+DEFAULT_ATTACHMENT_SIZE_LIMIT = 10 * 1024 * 1024
+
+_counter = itertools.count(1)
+_base_ms = 1_700_000_000_000 - DISCORD_EPOCH_MS
+
+
+def snowflake() -> int:
+    """A unique id whose timestamp part also advances, so consecutive guilds land on different shards."""
+    n = next(_counter)
+    return ((_base_ms + n) << 22) | (n & 0xFFF)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def shard_for(guild_id: int, shard_count: int) -> int:
+    """Discord's routing rule: https://discord.com/developers/docs/events/gateway#sharding."""
+    return (guild_id >> 22) % shard_count
+
+
+@dataclass
+class User:
+    username: str = "player"
+    id: int = field(default_factory=snowflake)
+    global_name: str | None = None
+    avatar: str | None = None
+    discriminator: str = "0"
+    bot: bool = False
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "username": self.username,
+            "global_name": self.global_name if self.global_name is not None else self.username.title(),
+            "avatar": self.avatar,
+            "discriminator": self.discriminator,
+            "bot": self.bot,
+            "public_flags": 0,
+        }
+
+
+@dataclass
+class Member:
+    """A user in one guild; ``permissions`` is what Discord computes for them (roles plus overwrites)."""
+
+    user: User = field(default_factory=User)
+    permissions: int = DEFAULT_PERMISSIONS
+    roles: list[int] = field(default_factory=list)
+    nick: str | None = None
+    joined_at: str = field(default_factory=now_iso)
+
+    @property
+    def id(self) -> int:
+        return self.user.id
+
+    @property
+    def computed_permissions(self) -> int:
+        return ALL_PERMISSIONS if self.permissions & ADMINISTRATOR else self.permissions
+
+    def payload(self, *, with_permissions: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "user": self.user.payload(),
+            "roles": [str(r) for r in self.roles],
+            "nick": self.nick,
+            "avatar": None,
+            "joined_at": self.joined_at,
+            "premium_since": None,
+            "communication_disabled_until": None,
+            "deaf": False,
+            "mute": False,
+            "pending": False,
+            "flags": 0,
+        }
+        if with_permissions:
+            data["permissions"] = str(self.computed_permissions)
+        return data
+
+
+def member(username: str = "player", *, manage_guild: bool = False, administrator: bool = False, **user: Any) -> Member:
+    """A member whose permissions say only what the test is about."""
+    perms = DEFAULT_PERMISSIONS | (MANAGE_GUILD if manage_guild else 0) | (ADMINISTRATOR if administrator else 0)
+    return Member(user=User(username=username, **user), permissions=perms)
+
+
+@dataclass
+class Role:
+    name: str
+    id: int = field(default_factory=snowflake)
+    permissions: int = DEFAULT_PERMISSIONS
+    position: int = 1
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "color": 0,
+            "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+            "hoist": False,
+            "icon": None,
+            "unicode_emoji": None,
+            "position": self.position,
+            "permissions": str(self.permissions),
+            "managed": False,
+            "mentionable": False,
+            "flags": 0,
+        }
+
+
+@dataclass
+class Channel:
+    name: str = "general"
+    id: int = field(default_factory=snowflake)
+    type: int = 0  # GUILD_TEXT
+    position: int = 0
+    guild_id: int | None = None
+
+    def payload(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": str(self.id),
+            "type": self.type,
+            "name": self.name,
+            "position": self.position,
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+            "topic": None,
+            "rate_limit_per_user": 0,
+            "last_message_id": None,
+            "flags": 0,
+        }
+        if self.guild_id is not None:
+            data["guild_id"] = str(self.guild_id)
+        return data
+
+
+@dataclass
+class Guild:
+    name: str = "Test Guild"
+    id: int = field(default_factory=snowflake)
+    owner: Member = field(default_factory=lambda: member("owner", administrator=True))
+    channels: list[Channel] = field(default_factory=lambda: [Channel("general")])
+    roles: list[Role] = field(default_factory=list)
+    members: list[Member] = field(default_factory=list)
+    preferred_locale: str = "en-US"
+
+    def __post_init__(self) -> None:
+        for channel in self.channels:
+            channel.guild_id = self.id
+        if self.owner not in self.members:
+            self.members.insert(0, self.owner)
+
+    @property
+    def channel(self) -> Channel:
+        """The first text channel, where tests talk unless they say otherwise."""
+        return self.channels[0]
+
+    def everyone(self) -> Role:
+        return Role("@everyone", id=self.id, position=0)
+
+    def get_channel(self, channel_id: int) -> Channel | None:
+        return next((c for c in self.channels if c.id == channel_id), None)
+
+    def get_member(self, user_id: int) -> Member | None:
+        return next((m for m in self.members if m.id == user_id), None)
+
+    def payload(self, bot: Member) -> dict[str, Any]:
+        """The GUILD_CREATE body: discord.py builds its whole guild cache from this one event."""
+        members = [*self.members, bot]
+        return {
+            "id": str(self.id),
+            "name": self.name,
+            "icon": None,
+            "owner_id": str(self.owner.id),
+            "unavailable": False,
+            "large": False,
+            "member_count": len(members),
+            "joined_at": bot.joined_at,
+            "preferred_locale": self.preferred_locale,
+            "features": [],
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "nsfw_level": 0,
+            "premium_tier": 0,
+            "system_channel_id": None,
+            "afk_channel_id": None,
+            "roles": [r.payload() for r in [self.everyone(), *self.roles]],
+            "emojis": [],
+            "stickers": [],
+            "channels": [c.payload() for c in self.channels],
+            "threads": [],
+            "members": [m.payload() for m in members],
+            "presences": [],
+            "voice_states": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+        }
+
+
+class UploadedFile(NamedTuple):
+    """One ``files[n]`` part of a multipart request, kept whole so tests can check the bytes."""
+
+    filename: str
+    data: bytes
+    content_type: str
+
+
+def attachment_payload(attachment_id: int, upload: UploadedFile, url: str) -> dict[str, Any]:
+    """What Discord answers for an uploaded file; it guesses the type from the name, not the part header."""
+    guessed, _ = mimetypes.guess_type(upload.filename)
+    return {
+        "id": str(attachment_id),
+        "filename": upload.filename,
+        "size": len(upload.data),
+        "url": url,
+        "proxy_url": url,
+        "content_type": guessed or upload.content_type,
+    }
+
+
+@dataclass
+class StoredMessage:
+    """A message the bot created, as the double remembers it; ``payload()`` is what Discord would return."""
+
+    id: int
+    channel_id: int
+    guild_id: int | None
+    author: User
+    content: str = ""
+    embeds: list[dict[str, Any]] = field(default_factory=list)
+    components: list[dict[str, Any]] = field(default_factory=list)
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[int, UploadedFile] = field(default_factory=dict)  # attachment id -> bytes
+    flags: int = 0
+    message_reference: dict[str, Any] | None = None
+    allowed_mentions: dict[str, Any] | None = None
+    webhook_id: int | None = None
+    timestamp: str = field(default_factory=now_iso)
+    edited_timestamp: str | None = None
+    deleted: bool = False
+
+    @property
+    def ephemeral(self) -> bool:
+        return bool(self.flags & 64)
+
+    def custom_ids(self) -> list[str]:
+        """Every custom_id in the components, however deeply nested (rows, sections, containers)."""
+        found: list[str] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                if "custom_id" in node:
+                    found.append(node["custom_id"])
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        walk(self.components)
+        return found
+
+    def payload(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": str(self.id),
+            "channel_id": str(self.channel_id),
+            "type": 19 if self.message_reference else 0,
+            "content": self.content,
+            "author": self.author.payload(),
+            "embeds": self.embeds,
+            "components": self.components,
+            "attachments": self.attachments,
+            "mentions": [],
+            "mention_roles": [],
+            "mention_everyone": False,
+            "pinned": False,
+            "tts": False,
+            "timestamp": self.timestamp,
+            "edited_timestamp": self.edited_timestamp,
+            "flags": self.flags,
+        }
+        if self.guild_id is not None:
+            data["guild_id"] = str(self.guild_id)
+        if self.message_reference is not None:
+            data["message_reference"] = self.message_reference
+        if self.webhook_id is not None:
+            data["webhook_id"] = str(self.webhook_id)
+            data["application_id"] = str(self.webhook_id)
+        return data
+
+
+def interaction_payload(
+    *,
+    type: int,
+    data: dict[str, Any],
+    application_id: int,
+    guild: Guild | None,
+    channel: Channel | None,
+    user: Member,
+    app_permissions: int,
+    attachment_size_limit: int,
+    locale: str = "en-US",
+    message: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An INTERACTION_CREATE body; ``id`` and ``token`` are filled in by the double."""
+    payload: dict[str, Any] = {
+        "type": type,
+        "version": 1,
+        "application_id": str(application_id),
+        "data": data,
+        "locale": locale,
+        "app_permissions": str(app_permissions),
+        "entitlements": [],
+        "attachment_size_limit": attachment_size_limit,
+        "authorizing_integration_owners": {"0": str(guild.id)} if guild else {"1": str(user.id)},
+        "context": 0 if guild else 1,
+    }
+    if guild is not None:
+        payload["guild_id"] = str(guild.id)
+        payload["guild_locale"] = guild.preferred_locale
+        payload["guild"] = {"id": str(guild.id), "locale": guild.preferred_locale, "features": []}
+        payload["member"] = user.payload(with_permissions=True)
+    else:
+        payload["user"] = user.user.payload()
+    if channel is not None:
+        payload["channel"] = {**channel.payload(), "permissions": str(user.computed_permissions)}
+        payload["channel_id"] = str(channel.id)
+    if message is not None:
+        payload["message"] = message
+    return payload
