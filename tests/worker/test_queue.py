@@ -31,17 +31,9 @@ def test_importing_the_celery_app_and_its_task_does_not_import_torch():
 
 
 @pytest.mark.slow
-def test_a_worker_on_the_sqlite_broker_completes_a_turn_sent_by_name(sqlite_worker):
-    async_result = send_turn(sqlite_worker, "sqlite")
-    result = TurnResult.model_validate(async_result.get(timeout=120))
-    assert result.job_id == async_result.id
-    assert decode_mp4(result.mp4).shape == (17, 64, 96, 3)
-
-
-@pytest.mark.slow
-@pytest.mark.redis
-def test_a_worker_on_redis_completes_a_turn_sent_by_name(redis_worker):
-    async_result = send_turn(redis_worker, "redis")
+@pytest.mark.parametrize("worker", ["sqlite_worker", "redis_worker"])
+def test_a_worker_completes_a_turn_sent_by_name(worker, request):
+    async_result = send_turn(request.getfixturevalue(worker), worker)
     result = TurnResult.model_validate(async_result.get(timeout=120))
     assert result.job_id == async_result.id
     assert decode_mp4(result.mp4).shape == (17, 64, 96, 3)
