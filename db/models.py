@@ -321,6 +321,7 @@ class Turn(Base):
     representation: Mapped[bytes | None] = mapped_column(LargeBinary)
     clip_path: Mapped[str | None] = mapped_column(String(1024))
     created_at: Mapped[CreatedAt]
+    timings: Mapped[str | None] = mapped_column(Text)  # JSON {stage: seconds} from the worker (revision 0002)
 
     character: Mapped[Character] = relationship(back_populates="turns", lazy="raise_on_sql")
     story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")

@@ -13,13 +13,14 @@ inside the same session.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase
@@ -27,6 +28,7 @@ from sqlalchemy.orm import DeclarativeBase
 from db.base import utcnow
 from db.models import (
     IN_FLIGHT,
+    AppState,
     Character,
     Guild,
     GuildSettings,
@@ -94,7 +96,7 @@ class JobInfo:
 # --------------------------------------------------------------------------------------------
 
 
-async def _insert_ignore(session: AsyncSession, model: type[DeclarativeBase], **values: Any) -> None:
+async def insert_ignore(session: AsyncSession, model: type[DeclarativeBase], **values: Any) -> None:
     """INSERT that does nothing when the row exists, so concurrent first uses do not collide.
 
     A SELECT-then-INSERT would let two commands for a new guild both insert and one fail.
@@ -111,8 +113,8 @@ async def _insert_ignore(session: AsyncSession, model: type[DeclarativeBase], **
 
 async def get_or_create_guild(session: AsyncSession, guild_id: int, name: str | None = None) -> Guild:
     """The guild's row, created with its settings row (column defaults) on first use."""
-    await _insert_ignore(session, Guild, id=guild_id, name=name or "")
-    await _insert_ignore(session, GuildSettings, guild_id=guild_id)
+    await insert_ignore(session, Guild, id=guild_id, name=name or "")
+    await insert_ignore(session, GuildSettings, guild_id=guild_id)
     guild = (await session.execute(select(Guild).where(Guild.id == guild_id))).scalar_one()
     if name is not None and guild.name != name:
         guild.name = name  # guilds get renamed; keep what admins see in the audit log current
@@ -127,7 +129,7 @@ async def get_guild_settings(session: AsyncSession, guild_id: int) -> GuildSetti
 
 async def get_or_create_player(session: AsyncSession, guild_id: int, user_id: int) -> Player:
     await get_or_create_guild(session, guild_id)
-    await _insert_ignore(session, Player, guild_id=guild_id, user_id=user_id)
+    await insert_ignore(session, Player, guild_id=guild_id, user_id=user_id)
     stmt = select(Player).where(Player.guild_id == guild_id, Player.user_id == user_id)
     return (await session.execute(stmt)).scalar_one()
 
@@ -147,7 +149,7 @@ async def get_or_create_character(session: AsyncSession, guild_id: int, user_id:
         .where(Character.player_id == player.id, Character.name != name, Character.is_active.is_(True))
         .values(is_active=False)
     )
-    await _insert_ignore(session, Character, player_id=player.id, name=name, is_active=False)
+    await insert_ignore(session, Character, player_id=player.id, name=name, is_active=False)
     stmt = select(Character).where(Character.player_id == player.id, Character.name == name)
     # populate_existing: the UPDATE above bypassed any copies already in the identity map.
     character = (await session.execute(stmt.execution_options(populate_existing=True))).scalar_one()
@@ -477,6 +479,7 @@ async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, c
     turn.flow = result.flow
     turn.representation = result.representation
     turn.clip_path = clip_path
+    turn.timings = json.dumps(result.timings)
     await session.flush()
     return True
 
@@ -520,3 +523,133 @@ def _job_info_select() -> Any:
 
 def _job_info(row: Sequence[Any]) -> JobInfo:
     return JobInfo(*row)
+
+
+# --------------------------------------------------------------------------------------------
+# What the bot shows and resumes
+# --------------------------------------------------------------------------------------------
+
+
+async def jobs_to_post(session: AsyncSession) -> list[JobInfo]:
+    """Jobs applied but not yet posted: the delivery loop posts these, also after a restart."""
+    stmt = (
+        _job_info_select()
+        .where(Job.status == JobStatus.DONE, Job.applied_at.is_not(None), Job.result_message_id.is_(None))
+        .where(Job.channel_id.is_not(None))
+        .order_by(Job.id)
+    )
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def user_jobs_in_flight(session: AsyncSession, guild_id: int, user_id: int) -> list[JobInfo]:
+    stmt = (
+        _job_info_select()
+        .where(Job.guild_id == guild_id, Job.user_id == user_id, Job.status.in_(IN_FLIGHT))
+        .order_by(Job.id)
+    )
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def recent_turns(session: AsyncSession, character_id: int, limit: int = 10) -> list[Turn]:
+    """The character's latest completed turns, newest first."""
+    stmt = (
+        select(Turn)
+        .where(Turn.character_id == character_id, Turn.stamina_after.is_not(None))
+        .order_by(Turn.id.desc())
+        .limit(limit)
+    )
+    return list((await session.execute(stmt)).scalars())
+
+
+async def story_turns(session: AsyncSession, story_id: int) -> list[tuple[Turn, str]]:
+    """A story's completed turns in order, each with the name of the character who played it."""
+    stmt = (
+        select(Turn, Character.name)
+        .join(Character, Turn.character_id == Character.id)
+        .where(Turn.story_id == story_id, Turn.stamina_after.is_not(None))
+        .order_by(Turn.seq)
+    )
+    return [(turn, name) for turn, name in (await session.execute(stmt)).all()]
+
+
+async def average_turn_seconds(session: AsyncSession, default: float) -> float:
+    """Mean queue-to-done time of the last 20 turns, for the ETA shown to players."""
+    stmt = (
+        select(Job.started_at, Job.finished_at)
+        .where(Job.status == JobStatus.DONE, Job.started_at.is_not(None), Job.finished_at.is_not(None))
+        .order_by(Job.id.desc())
+        .limit(20)
+    )
+    rows = (await session.execute(stmt)).all()
+    return sum((f - s).total_seconds() for s, f in rows) / len(rows) if rows else default
+
+
+async def reset_character(session: AsyncSession, character: Character) -> None:
+    """Start over: back to the starting stats, and the character's past turns forgotten."""
+    await session.execute(delete(Turn).where(Turn.character_id == character.id))
+    character.stamina = character.social = character.entertainment = CharacterState().stamina
+    await session.flush()
+
+
+async def member_of_story(session: AsyncSession, story_id: int, character_id: int) -> StoryMember | None:
+    stmt = select(StoryMember).where(
+        StoryMember.story_id == story_id, StoryMember.character_id == character_id, StoryMember.left_at.is_(None)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def leave_story(session: AsyncSession, story_id: int, character_id: int) -> bool:
+    member = await member_of_story(session, story_id, character_id)
+    if member is None:
+        return False
+    member.left_at = utcnow()
+    await session.flush()
+    return True
+
+
+async def next_in_turn(session: AsyncSession, story: Story) -> int | None:
+    """Round robin: the character whose turn it is (after the last turn's player, by joining order)."""
+    members = list(
+        (
+            await session.execute(
+                select(StoryMember)
+                .where(StoryMember.story_id == story.id, StoryMember.left_at.is_(None))
+                .order_by(StoryMember.position)
+            )
+        ).scalars()
+    )
+    if not members:
+        return None
+    last = (
+        await session.execute(
+            select(Turn.character_id).where(Turn.story_id == story.id).order_by(Turn.seq.desc()).limit(1)
+        )
+    ).scalar_one_or_none()
+    order = [m.character_id for m in members]
+    if last not in order:
+        return order[0]
+    return order[(order.index(last) + 1) % len(order)]
+
+
+async def turn_of_job(session: AsyncSession, job_id: int) -> tuple[Job, Turn, Character] | None:
+    stmt = (
+        select(Job, Turn, Character)
+        .join(Turn, Job.turn_id == Turn.id)
+        .join(Character, Turn.character_id == Character.id)
+        .where(Job.id == job_id)
+    )
+    row = (await session.execute(stmt)).one_or_none()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+async def get_app_state(session: AsyncSession, key: str) -> str | None:
+    return (await session.execute(select(AppState.value).where(AppState.key == key))).scalar_one_or_none()
+
+
+async def set_app_state(session: AsyncSession, key: str, value: str) -> None:
+    row = (await session.execute(select(AppState).where(AppState.key == key))).scalar_one_or_none()
+    if row is None:
+        session.add(AppState(key=key, value=value))
+    else:
+        row.value = value
+    await session.flush()

@@ -73,14 +73,14 @@ def test_upgrade_ddl_matches_create_all_including_partial_indexes(db_url: str, t
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0001"
+    assert head_revision() == "0002"
     assert await current_revision(db_url) == head_revision()
 
 
 def test_upgrade_twice_is_a_no_op(db_url: str, tmp_path: Path) -> None:
     upgrade(db_url)
     with sqlite3.connect(tmp_path / "game.db") as con:
-        assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
+        assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [(head_revision(),)]
 
 
 def test_downgrade_to_base_leaves_only_alembic_version(db_url: str, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import mimetypes
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -21,6 +22,9 @@ DEFAULT_PERMISSIONS = (
     (1 << 6) | (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16) | (1 << 18) | (1 << 31) | (1 << 38)
 )
 DEFAULT_ATTACHMENT_SIZE_LIMIT = 10 * 1024 * 1024
+EPHEMERAL, LOADING = 1 << 6, 1 << 7  # message flags
+
+OPTION_TYPES = {str: 3, bool: 5, int: 4, float: 10}  # when a test passes an option the schema does not type
 
 _counter = itertools.count(1)
 _base_ms = 1_700_000_000_000 - DISCORD_EPOCH_MS
@@ -266,7 +270,7 @@ class StoredMessage:
 
     @property
     def ephemeral(self) -> bool:
-        return bool(self.flags & 64)
+        return bool(self.flags & EPHEMERAL)
 
     def custom_ids(self) -> list[str]:
         """Every custom_id in the components, however deeply nested (rows, sections, containers)."""
@@ -284,6 +288,35 @@ class StoredMessage:
 
         walk(self.components)
         return found
+
+    def apply(self, payload: dict[str, Any], files: list[UploadedFile], url: Callable[[int, int, str], str]) -> None:
+        """Create or edit: keys present replace, keys absent stay; attachments keep listed ids and add files[n]."""
+        for key in ("content", "embeds", "components"):
+            if key in payload:
+                setattr(self, key, payload[key] or type(getattr(self, key))())
+        for key in ("message_reference", "allowed_mentions"):
+            if key in payload:
+                setattr(self, key, payload[key])
+        if "flags" in payload:
+            self.flags = (payload["flags"] or 0) | (self.flags & LOADING)
+        if "attachments" not in payload and not files:
+            return
+        entries = payload.get("attachments")
+        if entries is None:
+            entries = [*self.attachments, *({"id": n} for n in range(len(files)))]
+        kept = {a["id"]: a for a in self.attachments}
+        attachments, uploads = [], {}
+        for entry in entries:
+            key = str(entry["id"])
+            if key in kept:
+                attachments.append(kept[key])
+                uploads[int(key)] = self.files[int(key)]
+            elif int(key) < len(files):
+                upload = files[int(key)]._replace(filename=entry.get("filename") or files[int(key)].filename)
+                aid = snowflake()
+                attachments.append(attachment_payload(aid, upload, url(self.channel_id, aid, upload.filename)))
+                uploads[aid] = upload
+        self.attachments, self.files = attachments, uploads
 
     def payload(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -353,3 +386,64 @@ def interaction_payload(
     if message is not None:
         payload["message"] = message
     return payload
+
+
+def command_options(
+    command: str,
+    schema: list[dict[str, Any]],
+    path: list[str],
+    values: dict[str, Any],
+    focused: str | None,
+    resolved: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Typed and nested as Discord sends them: a group (2) holds a subcommand (1) holds the values.
+
+    The types come from the synced schema, because discord.py converts values by the type the option claims.
+    """
+    specs = {o["name"]: o for o in schema}
+    if path:
+        sub = specs.get(path[0])
+        if sub is None or sub["type"] not in (1, 2):
+            raise LookupError(f"/{command}: no subcommand or group {path[0]!r} (has {sorted(specs)})")
+        nested = command_options(command, sub.get("options", []), path[1:], values, focused, resolved)
+        return [{"name": path[0], "type": sub["type"], "options": nested}]
+    options = []
+    for name, value in values.items():
+        if name not in specs:
+            raise LookupError(f"/{command} has no option {name!r} (has {sorted(specs)})")
+        option_type = specs[name].get("type") or OPTION_TYPES[type(value)]
+        option: dict[str, Any] = {"name": name, "type": option_type, "value": resolve_option(value, resolved)}
+        if name == focused:
+            option["focused"] = True
+        options.append(option)
+    return options
+
+
+def resolve_option(value: Any, resolved: dict[str, Any]) -> Any:
+    """Option values that are objects go into ``resolved`` and travel as their id, as Discord sends them."""
+    if isinstance(value, Member | User):
+        who = value if isinstance(value, Member) else Member(user=value)
+        resolved.setdefault("users", {})[str(who.id)] = who.user.payload()
+        if isinstance(value, Member):
+            fields = who.payload(with_permissions=True)
+            del fields["user"]
+            resolved.setdefault("members", {})[str(who.id)] = fields
+        return str(who.id)
+    if isinstance(value, Channel):
+        channel = {**value.payload(), "permissions": str(DEFAULT_PERMISSIONS)}
+        resolved.setdefault("channels", {})[str(value.id)] = channel
+        return str(value.id)
+    if isinstance(value, Role):
+        resolved.setdefault("roles", {})[str(value.id)] = value.payload()
+        return str(value.id)
+    return value
+
+
+def component_row(custom_id: str, values: list[str] | None) -> dict[str, Any]:
+    """A one-component row, enough for discord.py to rebuild a view around a clicked DynamicItem."""
+    if values is None:
+        component: dict[str, Any] = {"type": 2, "style": 2, "label": custom_id[:80], "custom_id": custom_id}
+    else:
+        options = [{"label": v, "value": v} for v in values]
+        component = {"type": 3, "custom_id": custom_id, "options": options, "min_values": 1, "max_values": 1}
+    return {"type": 1, "components": [component]}

@@ -25,14 +25,15 @@ from aiohttp import WSMsgType, web
 from .payloads import (
     DEFAULT_ATTACHMENT_SIZE_LIMIT,
     DEFAULT_PERMISSIONS,
+    LOADING,
     Channel,
     Guild,
     Member,
-    Role,
     StoredMessage,
     UploadedFile,
     User,
-    attachment_payload,
+    command_options,
+    component_row,
     interaction_payload,
     member,
     now_iso,
@@ -44,8 +45,6 @@ log = logging.getLogger(__name__)
 ClientT = TypeVar("ClientT", bound=discord.Client)
 
 API_PREFIX = "/api/v10"
-EPHEMERAL, LOADING = 1 << 6, 1 << 7
-OPTION_TYPES = {str: 3, bool: 5, int: 4, float: 10}  # when a test passes an option the schema does not type
 
 
 @dataclass
@@ -158,6 +157,7 @@ class DiscordDouble:
         self.modals: dict[str, dict[str, Any]] = {}  # custom_id -> the modal the bot opened
         self.interactions: dict[str, InteractionHandle] = {}
         self._messages: dict[int, StoredMessage] = {}
+        self._by_nonce: dict[tuple[int, str], StoredMessage] = {}
         self._consumed: set[int] = set()
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -505,7 +505,7 @@ class DiscordDouble:
     ) -> InteractionHandle:
         stored = self.message(message) if isinstance(message, int) else message
         if stored is None:
-            stored = self._store(self.guild.channel.id, {"components": [_component_row(custom_id, values)]}, [])
+            stored = self._store(self.guild.channel.id, {"components": [component_row(custom_id, values)]}, [])
         data: dict[str, Any] = {"custom_id": custom_id, "component_type": component_type}
         if values is not None:
             data["values"] = values
@@ -548,7 +548,7 @@ class DiscordDouble:
             "id": schema["id"],
             "name": name,
             "type": 1,
-            "options": self._options(command, schema.get("options", []), path, options, focused, found),
+            "options": command_options(command, schema.get("options", []), path, options, focused, found),
         }
         if scope is not None:
             data["guild_id"] = str(scope)
@@ -557,33 +557,6 @@ class DiscordDouble:
         if found:
             data["resolved"] = found
         return data
-
-    def _options(
-        self,
-        command: str,
-        schema: list[dict[str, Any]],
-        path: list[str],
-        values: dict[str, Any],
-        focused: str | None,
-        resolved: dict[str, Any],
-    ) -> list[dict[str, Any]]:
-        specs = {o["name"]: o for o in schema}
-        if path:
-            sub = specs.get(path[0])
-            if sub is None or sub["type"] not in (1, 2):
-                raise LookupError(f"/{command}: no subcommand or group {path[0]!r} (has {sorted(specs)})")
-            nested = self._options(command, sub.get("options", []), path[1:], values, focused, resolved)
-            return [{"name": path[0], "type": sub["type"], "options": nested}]
-        options = []
-        for name, value in values.items():
-            if name not in specs:
-                raise LookupError(f"/{command} has no option {name!r} (has {sorted(specs)})")
-            option_type = specs[name].get("type") or OPTION_TYPES[type(value)]
-            option: dict[str, Any] = {"name": name, "type": option_type, "value": _resolve(value, resolved)}
-            if name == focused:
-                option["focused"] = True
-            options.append(option)
-        return options
 
     async def _interact(
         self,
@@ -645,11 +618,12 @@ class DiscordDouble:
             status = 204
         rec.status = status
         self.calls.append(rec)
+        log.debug("%s %s -> %s", rec.method, rec.path, status)
         await self._notify()
         if status == 204:
             return web.Response(status=204)
         # discord.py parses JSON only when the header is exactly this: no "; charset=utf-8".
-        headers = {"Content-Type": "application/json; charset=utf-8"}
+        headers = {"Content-Type": "application/json"}
         return web.Response(status=status, body=json.dumps(result).encode(), headers=headers)
 
     async def _attachment(self, request: web.Request) -> web.Response:
@@ -725,7 +699,7 @@ class DiscordDouble:
         elif kind in (6, 7) and handle.original:
             message = handle.original
             if kind == 7:
-                _apply(message, data, rec.files, self._attachment_url)
+                message.apply(data, rec.files, self._attachment_url)
         elif kind == 9:
             self.modals[data["custom_id"]] = data
         interaction = {
@@ -752,7 +726,7 @@ class DiscordDouble:
             message = handle.original
             message.flags &= ~LOADING
             payload = {k: v for k, v in (rec.json or {}).items() if k != "flags"}  # the defer's flags stand
-            _apply(message, payload, rec.files, self._attachment_url)
+            message.apply(payload, rec.files, self._attachment_url)
         else:
             message = self._store(handle.channel_id, rec.json or {}, rec.files, webhook=True)
         return message.payload()
@@ -778,14 +752,23 @@ class DiscordDouble:
             return None
         if rec.method == "PATCH":
             message.flags &= ~LOADING
-            _apply(message, rec.json or {}, rec.files, self._attachment_url)
+            message.apply(rec.json or {}, rec.files, self._attachment_url)
             message.edited_timestamp = now_iso()
         return message.payload()
 
     def _create_channel_message(self, rec: Recorded, cid: str) -> dict[str, Any]:
         if self._channel(int(cid)) is None:
             raise ApiError(404, 10003, "Unknown Channel")
-        return self._store(int(cid), rec.json or {}, rec.files).payload()
+        payload = rec.json or {}
+        # Discord's enforce_nonce: the same nonce from the same author in the same channel, within a
+        # few minutes, returns the message already created instead of a second one.
+        nonce = payload.get("nonce") if payload.get("enforce_nonce") else None
+        if nonce is not None and (int(cid), nonce) in self._by_nonce:
+            return self._by_nonce[int(cid), nonce].payload()
+        message = self._store(int(cid), payload, rec.files)
+        if nonce is not None:
+            self._by_nonce[int(cid), nonce] = message
+        return message.payload()
 
     def _get_channel(self, rec: Recorded, cid: str) -> dict[str, Any]:
         channel = self._channel(int(cid))
@@ -824,41 +807,9 @@ class DiscordDouble:
             author=self.bot,
             webhook_id=self.application_id if webhook else None,
         )
-        _apply(message, payload, files, self._attachment_url)
+        message.apply(payload, files, self._attachment_url)
         self._messages[message.id] = message
         return message
-
-
-def _apply(
-    message: StoredMessage, payload: dict[str, Any], files: list[UploadedFile], url: Callable[[int, int, str], str]
-) -> None:
-    """Create or edit: keys present replace, keys absent stay; attachments keep listed ids and add files[n]."""
-    for key in ("content", "embeds", "components"):
-        if key in payload:
-            setattr(message, key, payload[key] or type(getattr(message, key))())
-    for key in ("message_reference", "allowed_mentions"):
-        if key in payload:
-            setattr(message, key, payload[key])
-    if "flags" in payload:
-        message.flags = (payload["flags"] or 0) | (message.flags & LOADING)
-    if "attachments" not in payload and not files:
-        return
-    entries = payload.get("attachments")
-    if entries is None:
-        entries = [*message.attachments, *({"id": n} for n in range(len(files)))]
-    kept = {a["id"]: a for a in message.attachments}
-    attachments, uploads = [], {}
-    for entry in entries:
-        key = str(entry["id"])
-        if key in kept:
-            attachments.append(kept[key])
-            uploads[int(key)] = message.files[int(key)]
-        elif int(key) < len(files):
-            upload = files[int(key)]._replace(filename=entry.get("filename") or files[int(key)].filename)
-            aid = snowflake()
-            attachments.append(attachment_payload(aid, upload, url(message.channel_id, aid, upload.filename)))
-            uploads[aid] = upload
-    message.attachments, message.files = attachments, uploads
 
 
 async def _read_body(request: web.Request) -> tuple[Any, list[UploadedFile]]:
@@ -877,32 +828,3 @@ async def _read_body(request: web.Request) -> tuple[Any, list[UploadedFile]]:
         return payload, [f for _, f in sorted(parts, key=lambda p: p[0])]
     text = await request.text() if request.can_read_body else ""
     return (json.loads(text) if text else None), []
-
-
-def _resolve(value: Any, resolved: dict[str, Any]) -> Any:
-    """Option values that are objects go into ``resolved`` and travel as their id, as Discord sends them."""
-    if isinstance(value, Member | User):
-        who = value if isinstance(value, Member) else Member(user=value)
-        resolved.setdefault("users", {})[str(who.id)] = who.user.payload()
-        if isinstance(value, Member):
-            fields = who.payload(with_permissions=True)
-            del fields["user"]
-            resolved.setdefault("members", {})[str(who.id)] = fields
-        return str(who.id)
-    if isinstance(value, Channel):
-        channel = {**value.payload(), "permissions": str(DEFAULT_PERMISSIONS)}
-        resolved.setdefault("channels", {})[str(value.id)] = channel
-        return str(value.id)
-    if isinstance(value, Role):
-        resolved.setdefault("roles", {})[str(value.id)] = value.payload()
-        return str(value.id)
-    return value
-
-
-def _component_row(custom_id: str, values: list[str] | None) -> dict[str, Any]:
-    if values is None:
-        component: dict[str, Any] = {"type": 2, "style": 2, "label": custom_id[:80], "custom_id": custom_id}
-    else:
-        options = [{"label": v, "value": v} for v in values]
-        component = {"type": 3, "custom_id": custom_id, "options": options, "min_values": 1, "max_values": 1}
-    return {"type": 1, "components": [component]}

@@ -60,6 +60,28 @@ async def test_slash_command_answer_arrives_as_type_4(double: DiscordDouble, bot
         assert [m.content for m in double.messages(double.guild.channel.id)] == ["hi"]
 
 
+async def test_grouped_subcommand_gets_typed_and_resolved_options(double: DiscordDouble, bot: commands.Bot) -> None:
+    got: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+
+    class Story(app_commands.Group):
+        """Play a story."""
+
+        @app_commands.command()
+        async def start(self, interaction: discord.Interaction, rival: discord.Member, turns: int) -> None:
+            """Start a story against a rival."""
+            got.set_result((rival.id, turns))
+            await interaction.response.send_message("started")
+
+    bot.tree.add_command(Story())
+    rival = member("rival")
+    async with double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("story start", {"rival": rival, "turns": 3})
+        assert await asyncio.wait_for(got, 5) == (rival.id, 3)
+        (sub,) = handle.payload["data"]["options"]
+        assert sub["type"] == 1 and [o["type"] for o in sub["options"]] == [6, 4]
+
+
 async def test_deferred_followup_carries_the_file(double: DiscordDouble, bot: commands.Bot) -> None:
     @bot.tree.command()
     async def render(interaction: discord.Interaction) -> None:
@@ -232,3 +254,22 @@ async def test_unknown_routes_are_recorded_as_404(double: DiscordDouble, bot: co
         else:
             raise AssertionError("fetch_roles should have failed")
         assert double.calls_to("GET", rf"/guilds/{guild.id}/roles")[0].status == 404
+
+
+async def test_exit_restores_discord_urls() -> None:
+    before = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    async with DiscordDouble() as double:
+        assert double.api_base == discord.http.Route.BASE
+        discord.http.Route.BASE = "http://elsewhere"  # as the bot does from DISCORD_API_BASE
+    assert before == (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+
+
+async def test_a_repeated_nonce_returns_the_first_message_instead_of_a_second():
+    async with DiscordDouble() as double:
+        bot = commands.Bot(command_prefix="!", intents=discord.Intents.default())
+        async with double.running(bot):
+            channel = bot.get_partial_messageable(double.guild.channels[0].id)
+            first = await channel.send("clip", nonce="agjob1")
+            again = await channel.send("clip", nonce="agjob1")
+    assert first.id == again.id
+    assert len(double.messages(double.guild.channels[0].id)) == 1

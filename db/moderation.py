@@ -1,0 +1,203 @@
+"""The queries behind moderation and server settings: bans, blocked terms, channels, quotas, audit.
+
+Like ``db.queries``: each takes the session first and never commits. Every admin action also
+writes an audit row (``audit``), in the same transaction as the change it records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from db.base import utcnow
+from db.models import (
+    IN_FLIGHT,
+    AllowedChannel,
+    AuditLog,
+    Ban,
+    BlockedTerm,
+    Character,
+    Job,
+    JobStatus,
+    Player,
+    Turn,
+)
+from db.queries import get_guild_settings, get_or_create_guild, insert_ignore
+
+
+async def find_ban(session: AsyncSession, guild_id: int, user_id: int) -> Ban | None:
+    return (
+        await session.execute(select(Ban).where(Ban.guild_id == guild_id, Ban.user_id == user_id))
+    ).scalar_one_or_none()
+
+
+async def ban(session: AsyncSession, guild_id: int, user_id: int, reason: str | None, banned_by: int) -> bool:
+    """Ban a player from the game in this guild; False if already banned (the reason is updated)."""
+    await get_or_create_guild(session, guild_id)
+    existing = await find_ban(session, guild_id, user_id)
+    if existing is not None:
+        existing.reason = reason
+        return False
+    session.add(Ban(guild_id=guild_id, user_id=user_id, reason=reason, banned_by=banned_by))
+    await session.flush()
+    return True
+
+
+async def unban(session: AsyncSession, guild_id: int, user_id: int) -> bool:
+    result = await session.execute(
+        delete(Ban).where(Ban.guild_id == guild_id, Ban.user_id == user_id).returning(Ban.id)
+    )
+    return result.first() is not None
+
+
+async def add_term(session: AsyncSession, guild_id: int, term: str, added_by: int) -> bool:
+    await get_or_create_guild(session, guild_id)
+    term = term.strip().lower()
+    before = await list_terms(session, guild_id)
+    await insert_ignore(session, BlockedTerm, guild_id=guild_id, term=term, added_by=added_by)
+    return term not in before
+
+
+async def remove_term(session: AsyncSession, guild_id: int, term: str) -> bool:
+    result = await session.execute(
+        delete(BlockedTerm)
+        .where(BlockedTerm.guild_id == guild_id, BlockedTerm.term == term.strip().lower())
+        .returning(BlockedTerm.id)
+    )
+    return result.first() is not None
+
+
+async def list_terms(session: AsyncSession, guild_id: int) -> list[str]:
+    stmt = select(BlockedTerm.term).where(BlockedTerm.guild_id == guild_id).order_by(BlockedTerm.term)
+    return list((await session.execute(stmt)).scalars())
+
+
+async def find_blocked_term(session: AsyncSession, guild_id: int, text: str) -> str | None:
+    """The first blocked term the text contains, ignoring case; checked before any GPU work."""
+    lowered = text.lower()
+    return next((term for term in await list_terms(session, guild_id) if term in lowered), None)
+
+
+async def allow_channel(session: AsyncSession, guild_id: int, channel_id: int) -> None:
+    await get_or_create_guild(session, guild_id)
+    await insert_ignore(session, AllowedChannel, guild_id=guild_id, channel_id=channel_id)
+
+
+async def deny_channel(session: AsyncSession, guild_id: int, channel_id: int) -> bool:
+    result = await session.execute(
+        delete(AllowedChannel)
+        .where(AllowedChannel.guild_id == guild_id, AllowedChannel.channel_id == channel_id)
+        .returning(AllowedChannel.channel_id)
+    )
+    return result.first() is not None
+
+
+async def list_channels(session: AsyncSession, guild_id: int) -> list[int]:
+    stmt = select(AllowedChannel.channel_id).where(AllowedChannel.guild_id == guild_id)
+    return sorted((await session.execute(stmt)).scalars())
+
+
+async def channel_allowed(session: AsyncSession, guild_id: int, channel_id: int) -> bool:
+    """A guild with no allowed channels listed allows play everywhere."""
+    channels = await list_channels(session, guild_id)
+    return not channels or channel_id in channels
+
+
+async def audit(
+    session: AsyncSession, guild_id: int, actor_id: int, action: str, target: str | None = None, details: str = ""
+) -> None:
+    await get_or_create_guild(session, guild_id)
+    session.add(AuditLog(guild_id=guild_id, actor_id=actor_id, action=action, target=target, details=details or None))
+    await session.flush()
+
+
+async def recent_audit(session: AsyncSession, guild_id: int, limit: int = 15) -> list[AuditLog]:
+    stmt = select(AuditLog).where(AuditLog.guild_id == guild_id).order_by(AuditLog.id.desc()).limit(limit)
+    return list((await session.execute(stmt)).scalars())
+
+
+async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int) -> tuple[int, datetime | None]:
+    """How many turns the player sent in the last hour, and when the oldest of them was sent."""
+    since = utcnow() - timedelta(hours=1)
+    stmt = select(func.count(), func.min(Job.queued_at)).where(
+        Job.guild_id == guild_id, Job.user_id == user_id, Job.queued_at >= since
+    )
+    count, oldest = (await session.execute(stmt)).one()
+    return count, oldest
+
+
+async def queued_in_guild(session: AsyncSession, guild_id: int) -> int:
+    stmt = select(func.count()).select_from(Job).where(Job.guild_id == guild_id, Job.status.in_(IN_FLIGHT))
+    return (await session.execute(stmt)).scalar_one()
+
+
+async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> list[str]:
+    """Delete a player's characters, turns and jobs (privacy); returns the clip files to delete.
+
+    Turns of shared stories go too: they are the player's content.
+    """
+    player = (
+        await session.execute(select(Player).where(Player.guild_id == guild_id, Player.user_id == user_id))
+    ).scalar_one_or_none()
+    if player is None:
+        return []
+    clips = (
+        await session.execute(
+            select(Turn.clip_path)
+            .join(Character, Turn.character_id == Character.id)
+            .where(Character.player_id == player.id, Turn.clip_path.is_not(None))
+        )
+    ).scalars()
+    paths = [path for path in clips if path]
+    await session.execute(delete(Player).where(Player.id == player.id))
+    return paths
+
+
+@dataclass(frozen=True)
+class GuildStats:
+    players: int
+    turns_today: int
+    queue_length: int
+    average_turn_seconds: float | None
+
+
+async def guild_stats(session: AsyncSession, guild_id: int) -> GuildStats:
+    since = utcnow() - timedelta(days=1)
+    players = (await session.execute(select(func.count()).where(Player.guild_id == guild_id))).scalar_one()
+    turns_today = (
+        await session.execute(select(func.count()).where(Job.guild_id == guild_id, Job.queued_at >= since))
+    ).scalar_one()
+    done = (
+        await session.execute(
+            select(Job.queued_at, Job.finished_at)
+            .where(Job.guild_id == guild_id, Job.status == JobStatus.DONE, Job.finished_at.is_not(None))
+            .order_by(Job.id.desc())
+            .limit(50)
+        )
+    ).all()
+    average = sum((f - q).total_seconds() for q, f in done) / len(done) if done else None
+    return GuildStats(players, turns_today, await queued_in_guild(session, guild_id), average)
+
+
+async def set_quota(
+    session: AsyncSession, guild_id: int, turns_per_hour: int | None, max_queued_turns: int | None
+) -> tuple[int, int]:
+    settings = await get_guild_settings(session, guild_id)
+    if turns_per_hour is not None:
+        settings.turns_per_hour = turns_per_hour
+    if max_queued_turns is not None:
+        settings.max_queued_turns = max_queued_turns
+    await session.flush()
+    return settings.turns_per_hour, settings.max_queued_turns
+
+
+async def set_paused(session: AsyncSession, guild_id: int, paused: bool) -> bool:
+    """Pause or resume generation; False if it already was so."""
+    settings = await get_guild_settings(session, guild_id)
+    changed = settings.paused != paused
+    settings.paused = paused
+    await session.flush()
+    return changed
