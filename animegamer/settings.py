@@ -31,7 +31,15 @@ class Settings(BaseSettings):
     visibility_timeout: int = Field(default=0, ge=0)  # 0: task_time_limit + 60; redelivery after a lost worker
     broker_timeout: float = Field(default=3.0, gt=0)  # seconds to wait for a broker before saying so
 
+    # The Discord bot.
     discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
+    discord_api_base: str = Field(default="", validation_alias="DISCORD_API_BASE")  # a REST proxy, e.g. .../api/v10
+    discord_gateway_url: str = Field(default="", validation_alias="DISCORD_GATEWAY_URL")  # a gateway proxy (ws://)
+    shard_count: int | None = Field(default=None, ge=1, validation_alias="SHARD_COUNT")  # None: Discord's advice
+    dev_guild: int | None = Field(default=None, validation_alias="DEV_GUILD")  # sync commands to this guild only
+    characters: list[str] = ["Qiqi", "Sosuke"]  # offered by /start; the published models' two characters
+    delivery_poll_seconds: float = Field(default=1.0, gt=0)  # how often the bot checks jobs in flight
+    progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
 
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()

@@ -1,0 +1,1 @@
+"""The Discord bot: cogs for play, stories and admin, the delivery loop, cards."""

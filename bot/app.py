@@ -1,0 +1,78 @@
+"""The bot process: one AutoShardedBot that owns the game database and watches the queue.
+
+``setup_hook`` does the one-time work (migrate, load cogs, register the persistent buttons,
+sync commands if they changed, start the delivery loop); ``on_ready`` only logs, since it fires
+again after reconnects. The bot never imports torch: turns go to the workers by task name.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import discord
+import yarl
+from celery import Celery
+from discord.ext import commands
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from animegamer.settings import Settings
+from bot.cogs.play.views import ContinueButton, DetailsButton, RerollButton
+from bot.delivery import Delivery
+from bot.errors import on_app_command_error
+from bot.queue import TurnQueue
+from bot.sync import sync_if_changed
+from db.engine import make_engine, make_sessionmaker
+from db.migrate import upgrade_async
+
+log = logging.getLogger(__name__)
+
+EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin")
+
+
+def point_at(api_base: str, gateway_url: str) -> None:
+    """Send REST and gateway traffic through proxies (or the tests' loopback double)."""
+    if api_base:
+        discord.http.Route.BASE = api_base.rstrip("/")
+    if gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+
+class AnimeGamerBot(commands.AutoShardedBot):
+    user: discord.ClientUser
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+
+    def __init__(self, settings: Settings, celery_app: Celery | None = None) -> None:
+        super().__init__(
+            command_prefix=commands.when_mentioned,
+            intents=discord.Intents.default(),
+            shard_count=settings.shard_count,
+            # Nothing the bot echoes pings anyone unless a message asks for it explicitly.
+            allowed_mentions=discord.AllowedMentions.none(),
+        )
+        if celery_app is None:
+            from worker.celery_app import app as celery_app
+        self.settings = settings
+        self.queue = TurnQueue(celery_app, settings.broker_timeout)
+        self.delivery = Delivery(self)
+        point_at(settings.discord_api_base, settings.discord_gateway_url)
+
+    async def setup_hook(self) -> None:
+        await upgrade_async(self.settings.database_url)
+        self.engine = make_engine(self.settings.database_url)
+        self.sessions = make_sessionmaker(self.engine)
+        self.tree.on_error = on_app_command_error
+        for extension in EXTENSIONS:
+            await self.load_extension(extension)
+        self.add_dynamic_items(RerollButton, ContinueButton, DetailsButton)
+        await sync_if_changed(self)
+        self.delivery.start()
+
+    async def on_ready(self) -> None:
+        log.info("ready as %s in %d guilds (%d shards)", self.user, len(self.guilds), self.shard_count or 1)
+
+    async def close(self) -> None:
+        await self.delivery.stop()
+        await super().close()
+        if hasattr(self, "engine"):
+            await self.engine.dispose()

@@ -1,0 +1,1 @@
+"""One package per feature area; each cog composes the mixins of its files."""

@@ -1,0 +1,70 @@
+"""/admin purge, /admin audit, /admin stats."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import discord
+from discord import app_commands
+
+from db import moderation
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+log = logging.getLogger(__name__)
+
+
+def _delete_files(paths: list[str]) -> int:
+    deleted = 0
+    for path in paths:
+        try:
+            Path(path).unlink()
+            deleted += 1
+        except FileNotFoundError:
+            continue
+    return deleted
+
+
+class DataCommands:
+    bot: AnimeGamerBot
+
+    @app_commands.command(name="purge", description="Delete a member's characters, turns and clips (privacy)")
+    @app_commands.describe(user="whose data to delete")
+    async def purge(self, interaction: discord.Interaction, user: discord.User) -> None:
+        async with self.bot.sessions() as session, session.begin():
+            clips = await moderation.purge_player(session, interaction.guild_id, user.id)
+            await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
+        deleted = await asyncio.to_thread(_delete_files, clips)
+        await interaction.response.send_message(
+            f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
+        )
+
+    @app_commands.command(name="audit", description="Recent admin actions on this server")
+    async def audit(self, interaction: discord.Interaction) -> None:
+        async with self.bot.sessions() as session:
+            rows = await moderation.recent_audit(session, interaction.guild_id)
+        if not rows:
+            await interaction.response.send_message("No admin actions yet.", ephemeral=True)
+            return
+        lines = [
+            f"<t:{int(r.created_at.timestamp())}:f> <@{r.actor_id}> {r.action}"
+            + (f" {r.target}" if r.target else "")
+            + (f" ({discord.utils.escape_markdown(r.details)})" if r.details else "")
+            for r in rows
+        ]
+        await interaction.response.send_message("\n".join(lines)[:2000], ephemeral=True)
+
+    @app_commands.command(name="stats", description="Players, turns today, queue length, average turn time")
+    async def stats(self, interaction: discord.Interaction) -> None:
+        async with self.bot.sessions() as session:
+            stats = await moderation.guild_stats(session, interaction.guild_id)
+        average = f"{stats.average_turn_seconds:.1f} s" if stats.average_turn_seconds is not None else "no turns yet"
+        await interaction.response.send_message(
+            f"Players: {stats.players}\nTurns in the last 24 h: {stats.turns_today}\n"
+            f"In flight now: {stats.queue_length}\nAverage turn (queued to done): {average}",
+            ephemeral=True,
+        )

@@ -1,0 +1,122 @@
+"""/start, /status, /history, /reset: the player's character in this server."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+import discord
+from discord import app_commands
+
+from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
+from bot.cogs.play.views import ConfirmReset
+from bot.errors import Refusal
+from db.queries import active_character, get_or_create_character, has_turn_in_flight, recent_turns, reset_character
+from game.instruction import InstructionError, from_fields
+from game.state import CharacterState
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+
+def character_state(character) -> CharacterState:
+    return CharacterState(stamina=character.stamina, social=character.social, entertainment=character.entertainment)
+
+
+def checked_name(name: str) -> str:
+    """A character name must be a valid Character field of an instruction."""
+    try:
+        return from_fields(name, "wave", "town").character
+    except InstructionError as exc:
+        raise Refusal(exc.reason.replace("Character", "The name")) from exc
+
+
+class CharacterCommands:
+    bot: AnimeGamerBot
+
+    @app_commands.command(name="start", description="Pick or create your character in this server")
+    @app_commands.describe(character="who you play (the model knows the suggested ones best)")
+    @app_commands.guild_only()
+    async def start(self, interaction: discord.Interaction, character: app_commands.Range[str, 1, 60]) -> None:
+        name = checked_name(character)
+        async with self.bot.sessions() as session, session.begin():
+            current = await active_character(session, interaction.guild_id, interaction.user.id)
+            if current is not None and current.name != name and await has_turn_in_flight(session, current):
+                raise Refusal(f"{current.name} has a turn in flight; switch when it is done.")
+            chosen = await get_or_create_character(session, interaction.guild_id, interaction.user.id, name)
+            state = character_state(chosen)
+        await interaction.response.send_message(
+            f"You play **{discord.utils.escape_markdown(name)}**. Take a turn with /act.",
+            embed=state_embed(name, state),
+            file=discord.File(_png(state), GAUGE_FILENAME),
+            ephemeral=True,
+        )
+
+    @start.autocomplete("character")
+    async def start_character(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return character_choices(self.bot, current)
+
+    @app_commands.command(name="status", description="Your character's card")
+    @app_commands.guild_only()
+    async def status(self, interaction: discord.Interaction) -> None:
+        async with self.bot.sessions() as session:
+            character = await active_character(session, interaction.guild_id, interaction.user.id)
+        if character is None:
+            raise Refusal("You have no character here yet; pick one with /start.")
+        state = character_state(character)
+        await interaction.response.send_message(
+            embed=state_embed(character.name, state), file=discord.File(_png(state), GAUGE_FILENAME), ephemeral=True
+        )
+
+    @app_commands.command(name="history", description="Your character's last turns")
+    @app_commands.guild_only()
+    async def history(self, interaction: discord.Interaction) -> None:
+        async with self.bot.sessions() as session:
+            character = await active_character(session, interaction.guild_id, interaction.user.id)
+            turns = await recent_turns(session, character.id) if character else []
+        if character is None:
+            raise Refusal("You have no character here yet; pick one with /start.")
+        if not turns:
+            await interaction.response.send_message(f"{character.name} has no turns yet; try /act.", ephemeral=True)
+            return
+        lines = [
+            f"• {discord.utils.escape_markdown(t.instruction)} — stamina {t.stamina_after}, social {t.social_after}, "
+            f"entertainment {t.entertainment_after}"
+            for t in turns
+        ]
+        await interaction.response.send_message("\n".join(lines), ephemeral=True)
+
+    @app_commands.command(name="reset", description="Start your character over (asks first)")
+    @app_commands.guild_only()
+    async def reset(self, interaction: discord.Interaction) -> None:
+        async with self.bot.sessions() as session:
+            character = await active_character(session, interaction.guild_id, interaction.user.id)
+        if character is None:
+            raise Refusal("You have no character here yet; pick one with /start.")
+        view = ConfirmReset(interaction.user.id)
+        await interaction.response.send_message(
+            f"Start {character.name} over? Stats go back to 50 and past turns are forgotten.", view=view, ephemeral=True
+        )
+        await view.wait()
+        if not view.confirmed:
+            return
+        async with self.bot.sessions() as session, session.begin():
+            character = await active_character(session, interaction.guild_id, interaction.user.id)
+            if character is None:
+                return
+            if await has_turn_in_flight(session, character):
+                await interaction.edit_original_response(content="A turn is in flight; try again when it is done.")
+                return
+            await reset_character(session, character)
+        await interaction.edit_original_response(content=f"{character.name} starts over.")
+
+
+def character_choices(bot: AnimeGamerBot, current: str) -> list[app_commands.Choice[str]]:
+    """Autocomplete suggests; the command still validates whatever is typed."""
+    wanted = current.casefold()
+    names = [name for name in bot.settings.characters if wanted in name.casefold()]
+    return [app_commands.Choice(name=name, value=name) for name in names[:25]]
+
+
+def _png(state: CharacterState) -> io.BytesIO:
+    return io.BytesIO(render_gauges(state))

@@ -1,0 +1,178 @@
+"""The buttons under every posted turn, and the play cog's modal and confirm view.
+
+The three result buttons are ``DynamicItem``s: the job id lives in the custom id
+(``ag:turn:<job>:<action>``), so they work on any message after any restart without a view
+being kept in memory. Each re-reads the job from the database and checks it belongs to this
+server (and, for Reroll and Continue, to this player) before doing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import discord
+
+from bot.errors import Refusal, refuse_or_raise
+from bot.turns import TurnInput, submit_turn
+from db.models import Job, JobKind, Story, Turn
+from db.queries import turn_of_job
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+
+async def _job_for(interaction: discord.Interaction, job_id: int, *, owner_only: bool) -> tuple[Job, Turn]:
+    bot: AnimeGamerBot = interaction.client
+    async with bot.sessions() as session:
+        found = await turn_of_job(session, job_id)
+    if found is None:
+        raise Refusal("That turn no longer exists (it may have been purged).")
+    job, turn, _ = found
+    if job.guild_id != interaction.guild_id:
+        raise Refusal("That button belongs to a turn on another server.")
+    if owner_only and job.user_id != interaction.user.id:
+        raise Refusal("Only the player who took this turn can use that button.")
+    return job, turn
+
+
+async def _story_of(bot: AnimeGamerBot, turn: Turn) -> Story | None:
+    if turn.story_id is None:
+        return None
+    async with bot.sessions() as session:
+        return await session.get(Story, turn.story_id)
+
+
+class RerollButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):reroll"):
+    """Same instruction, new seed: a new turn."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(
+            discord.ui.Button(
+                label="Reroll", emoji="🎲", style=discord.ButtonStyle.secondary, custom_id=f"ag:turn:{job_id}:reroll"
+            )
+        )
+        self.job_id = job_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> RerollButton:
+        return cls(int(match["job"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        bot: AnimeGamerBot = interaction.client
+        try:
+            _, turn = await _job_for(interaction, self.job_id, owner_only=True)
+            await submit_turn(
+                bot,
+                interaction,
+                TurnInput(instruction=turn.instruction),
+                story=await _story_of(bot, turn),
+                kind=JobKind.REROLL,
+            )
+        except Exception as exc:
+            await refuse_or_raise(interaction, exc)
+
+
+class ContinueButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):continue"):
+    """A modal prefilled with this turn's instruction, to write the next one."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(
+            discord.ui.Button(
+                label="Continue", emoji="▶️", style=discord.ButtonStyle.primary, custom_id=f"ag:turn:{job_id}:continue"
+            )
+        )
+        self.job_id = job_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> ContinueButton:
+        return cls(int(match["job"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        try:
+            _, turn = await _job_for(interaction, self.job_id, owner_only=True)
+            await interaction.response.send_modal(ContinueModal(turn.instruction, turn.story_id))
+        except Exception as exc:
+            await refuse_or_raise(interaction, exc)
+
+
+class DetailsButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):details"):
+    """Seed, model and timings, for the curious; only the one who asks sees them."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(
+            discord.ui.Button(
+                label="Details", emoji="🔎", style=discord.ButtonStyle.secondary, custom_id=f"ag:turn:{job_id}:details"
+            )
+        )
+        self.job_id = job_id
+
+    @classmethod
+    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> DetailsButton:
+        return cls(int(match["job"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        try:
+            job, turn = await _job_for(interaction, self.job_id, owner_only=False)
+            timings = json.loads(turn.timings or "{}")
+            lines = [f"Job {job.id}, seed {turn.seed}, model {turn.model}, flow {turn.flow}"]
+            lines += [f"{stage}: {seconds:.2f} s" for stage, seconds in timings.items()]
+            if job.started_at and job.finished_at:
+                lines.append(f"from start to done: {(job.finished_at - job.started_at).total_seconds():.1f} s")
+            await interaction.response.send_message("\n".join(lines), ephemeral=True)
+        except Exception as exc:
+            await refuse_or_raise(interaction, exc)
+
+
+def result_view(job_id: int) -> discord.ui.View:
+    view = discord.ui.View(timeout=None)
+    for button in (RerollButton, ContinueButton, DetailsButton):
+        view.add_item(button(job_id))
+    return view
+
+
+class ContinueModal(discord.ui.Modal, title="Next turn"):
+    instruction: discord.ui.TextInput = discord.ui.TextInput(
+        label="Instruction", style=discord.TextStyle.paragraph, max_length=200, required=True
+    )
+
+    def __init__(self, previous: str, story_id: int | None) -> None:
+        super().__init__(timeout=900)
+        self.instruction.default = previous
+        self.story_id = story_id
+
+    async def on_submit(self, interaction: discord.Interaction) -> None:
+        bot: AnimeGamerBot = interaction.client
+        story = None
+        if self.story_id is not None:
+            async with bot.sessions() as session:
+                story = await session.get(Story, self.story_id)
+        await submit_turn(bot, interaction, TurnInput(instruction=self.instruction.value), story=story)
+
+    async def on_error(self, interaction: discord.Interaction, error: Exception) -> None:
+        await refuse_or_raise(interaction, error)
+
+
+class ConfirmReset(discord.ui.View):
+    """Starting over loses a character's history, so it takes a second click."""
+
+    def __init__(self, user_id: int) -> None:
+        super().__init__(timeout=60)
+        self.user_id = user_id
+        self.confirmed: bool | None = None
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        return interaction.user.id == self.user_id
+
+    @discord.ui.button(label="Start over", style=discord.ButtonStyle.danger)
+    async def confirm(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.confirmed = True
+        await interaction.response.edit_message(content="Starting over…", view=None)
+        self.stop()
+
+    @discord.ui.button(label="Keep playing", style=discord.ButtonStyle.secondary)
+    async def keep(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.confirmed = False
+        await interaction.response.edit_message(content="Nothing changed.", view=None)
+        self.stop()

@@ -1,0 +1,145 @@
+"""Shared story channels: several players, one world, one history."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+from sqlalchemy.exc import IntegrityError
+
+from bot.clips import ClipTooLarge, fit_to_size, join_clips
+from bot.errors import Refusal
+from bot.turns import TurnInput, check_may_play, submit_turn
+from db.models import JobKind, Story, TurnOrder
+from db.queries import (
+    active_character,
+    active_story,
+    create_story,
+    end_story,
+    join_story,
+    leave_story,
+    story_turns,
+)
+from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+log = logging.getLogger(__name__)
+
+
+@app_commands.guild_only()
+class Stories(commands.GroupCog, group_name="story", group_description="Shared story channels"):
+    def __init__(self, bot: AnimeGamerBot) -> None:
+        self.bot = bot
+
+    async def _story(self, interaction: discord.Interaction) -> Story:
+        async with self.bot.sessions() as session:
+            story = await active_story(session, interaction.channel_id)
+        if story is None:
+            raise Refusal("This channel has no story; start one with /story start.")
+        return story
+
+    @app_commands.command(name="start", description="Make this channel a shared story")
+    @app_commands.describe(title="the story's title", order="free for all, or players in turn")
+    async def start(
+        self,
+        interaction: discord.Interaction,
+        title: app_commands.Range[str, 1, 100],
+        order: Literal["free", "round_robin"] = "free",
+    ) -> None:
+        try:
+            async with self.bot.sessions() as session, session.begin():
+                await check_may_play(session, interaction.guild_id, interaction.channel_id, interaction.user.id)
+                await create_story(
+                    session, interaction.guild_id, interaction.channel_id, title, interaction.user.id, TurnOrder(order)
+                )
+        except IntegrityError as exc:
+            raise Refusal("This channel already has a story; /story end it first.") from exc
+        await interaction.response.send_message(
+            f"📖 **{discord.utils.escape_markdown(title)}** begins here ({order.replace('_', ' ')}). "
+            "Join with /story join, play with /story act."
+        )
+
+    @app_commands.command(name="join", description="Bring your character into this channel's story")
+    async def join(self, interaction: discord.Interaction) -> None:
+        story = await self._story(interaction)
+        async with self.bot.sessions() as session, session.begin():
+            character = await active_character(session, interaction.guild_id, interaction.user.id)
+            if character is None:
+                raise Refusal("Pick your character first with /start.")
+            await join_story(session, story, character)
+            name = character.name
+        await interaction.response.send_message(f"{discord.utils.escape_markdown(name)} joins the story.")
+
+    @app_commands.command(name="leave", description="Take your character out of this channel's story")
+    async def leave(self, interaction: discord.Interaction) -> None:
+        story = await self._story(interaction)
+        async with self.bot.sessions() as session, session.begin():
+            character = await active_character(session, interaction.guild_id, interaction.user.id)
+            left = character is not None and await leave_story(session, story.id, character.id)
+        if not left:
+            raise Refusal("Your character is not in this story.")
+        await interaction.response.send_message("You left the story.", ephemeral=True)
+
+    @app_commands.command(name="act", description="Take the story's next turn")
+    @app_commands.describe(
+        motion="what your character does",
+        background="where",
+        time="time of day (optional)",
+        instruction="or one whole line: Character: X; Motion: Y; Background: Z.",
+    )
+    async def act(
+        self,
+        interaction: discord.Interaction,
+        motion: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
+        background: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
+        time: str | None = None,
+        instruction: app_commands.Range[str, 1, MAX_LINE_CHARS] | None = None,
+    ) -> None:
+        story = await self._story(interaction)
+        typed = TurnInput(instruction=instruction, motion=motion, background=background, time=time)
+        await submit_turn(self.bot, interaction, typed, story=story, kind=JobKind.STORY)
+
+    @app_commands.command(name="recap", description="The story so far: one clip and a summary")
+    async def recap(self, interaction: discord.Interaction) -> None:
+        story = await self._story(interaction)
+        async with self.bot.sessions() as session:
+            turns = await story_turns(session, story.id)
+        if not turns:
+            raise Refusal("Nothing has happened in this story yet.")
+        await interaction.response.defer(thinking=True)
+        summary = "\n".join(f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)}" for turn, _ in turns)
+        paths = [turn.clip_path for turn, _ in turns if turn.clip_path and Path(turn.clip_path).exists()]
+        limit = interaction.filesize_limit - 64 * 1024
+        try:
+            clip = await asyncio.to_thread(
+                lambda: fit_to_size(join_clips([Path(p).read_bytes() for p in paths]), limit)
+            )
+            files = [discord.File(io.BytesIO(clip), f"story_{story.id}.mp4")]
+        except (ValueError, ClipTooLarge) as exc:
+            log.warning("story %s recap without a clip: %s", story.id, exc)
+            files = []
+        header = f"📖 **{discord.utils.escape_markdown(story.title)}** so far ({len(turns)} turns):\n"
+        await interaction.followup.send((header + summary)[:2000], files=files)
+
+    @app_commands.command(name="end", description="Archive this channel's story")
+    async def end(self, interaction: discord.Interaction) -> None:
+        story = await self._story(interaction)
+        if story.created_by != interaction.user.id and not interaction.permissions.manage_guild:
+            raise Refusal("Only the story's creator or a server manager can end it.")
+        async with self.bot.sessions() as session, session.begin():
+            await end_story(session, story)
+        await interaction.response.send_message(
+            f"📕 **{discord.utils.escape_markdown(story.title)}** is archived; /story start begins a new one here."
+        )
+
+
+async def setup(bot: AnimeGamerBot) -> None:
+    await bot.add_cog(Stories(bot))
