@@ -138,7 +138,9 @@ class DiscordDouble:
         shard_count: int = 1,
         heartbeat_interval_ms: int = 41_250,
         attachment_size_limit: int = DEFAULT_ATTACHMENT_SIZE_LIMIT,
+        token: str | None = None,
     ) -> None:
+        self.token = token  # when set, REST calls with any other bot token get 401
         self.guilds = guilds if guilds is not None else [Guild()]
         self.bot = bot or User("animegamer", bot=True)
         self.bot_member = Member(user=self.bot, permissions=bot_permissions)
@@ -606,7 +608,11 @@ class DiscordDouble:
             request.method, "/" + request.match_info["tail"], body, files, dict(request.headers), dict(request.query)
         )
         status, result = 404, {"message": f"404: the double has no route for {rec.method} {rec.path}", "code": 0}
-        for method, pattern, handler in self._routes:
+        auth = request.headers.get("Authorization")  # interaction and webhook calls carry none
+        if self.token is not None and auth is not None and auth != f"Bot {self.token}":
+            # What Discord answers a wrong bot token; discord.py turns it into LoginFailure at login.
+            status, result = 401, {"message": "401: Unauthorized", "code": 0}
+        for method, pattern, handler in self._routes if status != 401 else []:
             match = pattern.fullmatch(rec.path)
             if method == rec.method and match:
                 try:
