@@ -40,6 +40,7 @@ class Settings(BaseSettings):
     characters: list[str] = ["Qiqi", "Sosuke"]  # offered by /start; the published models' two characters
     delivery_poll_seconds: float = Field(default=1.0, gt=0)  # how often the bot checks jobs in flight
     progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
+    upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller
 
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()

@@ -196,8 +196,10 @@ class Delivery:
             raise OSError("no clip was recorded")
         data = Path(clip_path).read_bytes()
         guild = self.bot.get_guild(guild_id) if guild_id else None
-        limit = guild.filesize_limit if guild is not None else 10 * 1024 * 1024
-        return fit_to_size(data, limit - 64 * 1024)  # room for the PNG and the form fields
+        limit = guild.filesize_limit - 64 * 1024 if guild is not None else 10 * 1024 * 1024  # room for the PNG
+        if self.bot.settings.upload_limit_bytes:
+            limit = min(limit, self.bot.settings.upload_limit_bytes)
+        return fit_to_size(data, limit)
 
     async def show_progress(self, job: JobInfo, stage: str, step: int, total: int) -> None:
         async with self.bot.sessions() as session:
