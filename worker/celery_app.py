@@ -41,6 +41,10 @@ def make_celery(settings: Settings) -> Celery:
             "socket_connect_timeout": settings.broker_timeout,
             "socket_timeout": max(settings.broker_timeout, 10.0),
         },
+        # A result store that went away must fail a read in seconds (Celery's default retries ~20 s).
+        result_backend_transport_options={
+            "retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+        },
         redis_socket_connect_timeout=settings.broker_timeout,
         redis_socket_timeout=max(settings.broker_timeout, 10.0),
     )
