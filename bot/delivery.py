@@ -28,10 +28,12 @@ from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
 from bot.clips import ClipTooLarge, fit_to_size
 from bot.queue import QueueUnavailable
 from bot.turns import progress_text
+from db.models import JobStatus
 from db.queries import (
     JobInfo,
     apply_result,
     fail_job,
+    get_job,
     jobs_in_flight,
     jobs_to_post,
     mark_job_running,
@@ -122,8 +124,12 @@ class Delivery:
         await asyncio.to_thread(_write_file, clip, result.mp4)
         async with self.bot.sessions() as session, session.begin():
             applied = await apply_result(session, job.id, result, str(clip))
-        if not applied:  # cancelled meanwhile, or another delivery got there first
+        if not applied:  # cancelled or purged meanwhile, or another delivery got there first
             log.info("job %s finished but was not applied", job.id)
+            async with self.bot.sessions() as session:
+                now = await get_job(session, job.id)
+            if now is None or now.status != JobStatus.DONE:
+                await asyncio.to_thread(clip.unlink, missing_ok=True)  # nobody will ever post it
         await self.bot.queue.forget(job.task_id)
         self._last_edit.pop(job.id, None)
         if applied:

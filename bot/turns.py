@@ -144,21 +144,31 @@ async def check_instruction(
 ) -> None:
     if instruction.character.casefold() != character.name.casefold():
         raise Refusal(f"You play {character.name} here; /start character:{instruction.character} to switch.")
-    term = await moderation.find_blocked_term(session, guild_id, str(instruction))
+    # The player's words only: the grammar's labels ("Motion:") are ours and must not trip a term.
+    words = f"{instruction.character} {instruction.motion} {instruction.background}"
+    term = await moderation.find_blocked_term(session, guild_id, words)
     if term is not None:
         raise Refusal("That instruction uses a term this server blocks; please rephrase it.")
 
 
 async def check_capacity(session: AsyncSession, guild_id: int, user_id: int, character: Character) -> None:
+    await moderation.hold_character(session, character.id)
     if await has_turn_in_flight(session, character):
         raise Refusal("Your last turn is still being made; wait for it, or /cancel it.")
     settings = await get_guild_settings(session, guild_id)
+    if settings.turns_per_hour == 0 or settings.max_queued_turns == 0:
+        # A limit of 0 never resets on its own, so "try later" would be wrong.
+        raise Refusal("Play is switched off on this server for now; an admin can change that with /admin quota.")
     count, oldest = await moderation.turns_in_last_hour(session, guild_id, user_id)
     if count >= settings.turns_per_hour:
         resets = int((oldest + timedelta(hours=1)).timestamp()) if oldest else int(time.time()) + 3600
-        raise Refusal(f"You reached this server's {settings.turns_per_hour} turns per hour; more <t:{resets}:R>.")
+        raise Refusal(f"You reached this server's {_turns(settings.turns_per_hour)} per hour; more <t:{resets}:R>.")
     if await moderation.queued_in_guild(session, guild_id) >= settings.max_queued_turns:
-        raise Refusal(f"This server's queue is full ({settings.max_queued_turns} turns); try again in a few minutes.")
+        raise Refusal(f"This server's queue is full ({_turns(settings.max_queued_turns)}); try again in a few minutes.")
+
+
+def _turns(count: int) -> str:
+    return f"{count} turn" if count == 1 else f"{count} turns"
 
 
 async def check_story_turn(session: AsyncSession, story: Story, character: Character) -> None:

@@ -53,9 +53,17 @@ async def unban(session: AsyncSession, guild_id: int, user_id: int) -> bool:
     return result.first() is not None
 
 
+def normalize_term(term: str) -> str:
+    """How a blocked term is stored and matched: lower case, runs of spaces as one (as instructions are)."""
+    return " ".join(term.split()).lower()
+
+
 async def add_term(session: AsyncSession, guild_id: int, term: str, added_by: int) -> bool:
+    """Block a term; False if it already was. An empty term would match every instruction, so it raises."""
+    term = normalize_term(term)
+    if not term:
+        raise ValueError("a blocked term needs at least one character that is not a space")
     await get_or_create_guild(session, guild_id)
-    term = term.strip().lower()
     before = await list_terms(session, guild_id)
     await insert_ignore(session, BlockedTerm, guild_id=guild_id, term=term, added_by=added_by)
     return term not in before
@@ -64,7 +72,7 @@ async def add_term(session: AsyncSession, guild_id: int, term: str, added_by: in
 async def remove_term(session: AsyncSession, guild_id: int, term: str) -> bool:
     result = await session.execute(
         delete(BlockedTerm)
-        .where(BlockedTerm.guild_id == guild_id, BlockedTerm.term == term.strip().lower())
+        .where(BlockedTerm.guild_id == guild_id, BlockedTerm.term == normalize_term(term))
         .returning(BlockedTerm.id)
     )
     return result.first() is not None
@@ -119,11 +127,25 @@ async def recent_audit(session: AsyncSession, guild_id: int, limit: int = 15) ->
     return list((await session.execute(stmt)).scalars())
 
 
+async def hold_character(session: AsyncSession, character_id: int) -> None:
+    """Lock the character's row until the transaction ends, so two turns sent at once are checked in turn.
+
+    Without it two submits (a form sent twice) could both see no turn in flight and both queue one.
+    PostgreSQL takes the row lock (FOR UPDATE); SQLite ignores FOR UPDATE, but there the transaction
+    already holds the database's write lock from its first write (the guild row's insert-or-ignore).
+    """
+    await session.execute(select(Character.id).where(Character.id == character_id).with_for_update())
+
+
 async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int) -> tuple[int, datetime | None]:
-    """How many turns the player sent in the last hour, and when the oldest of them was sent."""
+    """How many turns the player sent in the last hour, and when the oldest of them was sent.
+
+    Failed turns do not count: the queue never got them, or the worker could not make them, and
+    the player was told to try again.
+    """
     since = utcnow() - timedelta(hours=1)
     stmt = select(func.count(), func.min(Job.queued_at)).where(
-        Job.guild_id == guild_id, Job.user_id == user_id, Job.queued_at >= since
+        Job.guild_id == guild_id, Job.user_id == user_id, Job.queued_at >= since, Job.status != JobStatus.FAILED
     )
     count, oldest = (await session.execute(stmt)).one()
     return count, oldest

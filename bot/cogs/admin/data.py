@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
+from bot.queue import QueueUnavailable
 from db import moderation
+from db.queries import user_jobs_in_flight
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -29,6 +31,15 @@ def _delete_files(paths: list[str]) -> int:
     return deleted
 
 
+def _shown_target(action: str, target: str) -> str:
+    """Members and channels as mentions (they ping nobody: the bot allows no mentions); terms as typed."""
+    if action in ("ban", "unban", "purge") and target.isdigit():
+        return f"<@{target}>"
+    if action.startswith("channels") and target.isdigit():
+        return f"<#{target}>"
+    return discord.utils.escape_markdown(target)
+
+
 class DataCommands:
     bot: AnimeGamerBot
 
@@ -36,12 +47,20 @@ class DataCommands:
     @app_commands.describe(user="whose data to delete")
     async def purge(self, interaction: discord.Interaction, user: discord.User) -> None:
         async with self.bot.sessions() as session, session.begin():
+            in_flight = await user_jobs_in_flight(session, interaction.guild_id, user.id)
             clips = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
         deleted = await asyncio.to_thread(_delete_files, clips)
         await interaction.response.send_message(
             f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
         )
+        # After answering: a broker can take seconds to refuse. Their turns' rows are gone already,
+        # so a result that still arrives finds no job and is never applied or posted.
+        for job in in_flight:
+            try:
+                await self.bot.queue.revoke(job.task_id)
+            except QueueUnavailable:
+                log.info("revoke of purged turn %s not sent", job.task_id)
 
     @app_commands.command(name="audit", description="Recent admin actions on this server")
     async def audit(self, interaction: discord.Interaction) -> None:
@@ -52,7 +71,7 @@ class DataCommands:
             return
         lines = [
             f"<t:{int(r.created_at.timestamp())}:f> <@{r.actor_id}> {r.action}"
-            + (f" {r.target}" if r.target else "")
+            + (f" {_shown_target(r.action, r.target)}" if r.target else "")
             + (f" ({discord.utils.escape_markdown(r.details)})" if r.details else "")
             for r in rows
         ]

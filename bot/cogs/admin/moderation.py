@@ -48,18 +48,22 @@ class ModerationCommands:
     @terms.command(name="add", description="Block a term in instructions")
     @app_commands.describe(term="a word or phrase, matched ignoring case")
     async def terms_add(self, interaction: discord.Interaction, term: app_commands.Range[str, 1, 100]) -> None:
+        term = moderation.normalize_term(term)
+        if not term:
+            raise Refusal("A blocked term needs a word or phrase, not only spaces.")
         async with self.bot.sessions() as session, session.begin():
             new = await moderation.add_term(session, interaction.guild_id, term, interaction.user.id)
-            await moderation.audit(session, interaction.guild_id, interaction.user.id, "terms add", term.lower())
+            await moderation.audit(session, interaction.guild_id, interaction.user.id, "terms add", term)
         await interaction.response.send_message("Blocked." if new else "That term was already blocked.", ephemeral=True)
 
     @terms.command(name="remove", description="Unblock a term")
     @app_commands.describe(term="a blocked term")
     async def terms_remove(self, interaction: discord.Interaction, term: app_commands.Range[str, 1, 100]) -> None:
+        term = moderation.normalize_term(term)
         async with self.bot.sessions() as session, session.begin():
             removed = await moderation.remove_term(session, interaction.guild_id, term)
             if removed:
-                await moderation.audit(session, interaction.guild_id, interaction.user.id, "terms remove", term.lower())
+                await moderation.audit(session, interaction.guild_id, interaction.user.id, "terms remove", term)
         if not removed:
             raise Refusal("That term is not blocked; /admin terms list shows the blocked ones.")
         await interaction.response.send_message("Unblocked.", ephemeral=True)

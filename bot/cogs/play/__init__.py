@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import discord
 from discord.ext import commands
 
 from bot.cogs.play.act import ActCommands
 from bot.cogs.play.character import CharacterCommands
 from bot.cogs.play.queue import QueueCommands
+from bot.cogs.play.views import submit_continue
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -17,6 +19,10 @@ if TYPE_CHECKING:
 class Play(CharacterCommands, ActCommands, QueueCommands, commands.Cog):
     def __init__(self, bot: AnimeGamerBot) -> None:
         self.bot = bot
+
+    @commands.Cog.listener()
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        await submit_continue(interaction)
 
 
 async def setup(bot: AnimeGamerBot) -> None:

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 
 async def _job_for(interaction: discord.Interaction, job_id: int, *, owner_only: bool) -> tuple[Job, Turn]:
     bot: AnimeGamerBot = interaction.client
-    async with bot.sessions() as session:
-        found = await turn_of_job(session, job_id)
+    found = None
+    if 0 < job_id < 2**63:  # a forged custom id may hold any number; the column is a signed 64-bit int
+        async with bot.sessions() as session:
+            found = await turn_of_job(session, job_id)
     if found is None:
         raise Refusal("That turn no longer exists (it may have been purged).")
     job, turn, _ = found
@@ -92,7 +94,7 @@ class ContinueButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:tu
     async def callback(self, interaction: discord.Interaction) -> None:
         try:
             _, turn = await _job_for(interaction, self.job_id, owner_only=True)
-            await interaction.response.send_modal(ContinueModal(turn.instruction, turn.story_id))
+            await interaction.response.send_modal(ContinueModal(self.job_id, turn.instruction))
         except Exception as exc:
             await refuse_or_raise(interaction, exc)
 
@@ -132,26 +134,45 @@ def result_view(job_id: int) -> discord.ui.View:
     return view
 
 
+CONTINUE_FORM = re.compile(r"ag:continue:(?P<job>[0-9]+)")
+INSTRUCTION_FIELD = "instruction"
+
+
 class ContinueModal(discord.ui.Modal, title="Next turn"):
+    """The form only; ``submit_continue`` answers its submissions.
+
+    discord.py forgets a modal once it is submitted or the bot restarts, and then drops any later
+    submission unanswered. Routing every submission by custom id instead means a form sent twice
+    gets the same clear answer as any second turn, and a form opened before a restart still works.
+    """
+
     instruction: discord.ui.TextInput = discord.ui.TextInput(
-        label="Instruction", style=discord.TextStyle.paragraph, max_length=200, required=True
+        label="Instruction", custom_id=INSTRUCTION_FIELD, style=discord.TextStyle.paragraph, max_length=200
     )
 
-    def __init__(self, previous: str, story_id: int | None) -> None:
-        super().__init__(timeout=900)
+    def __init__(self, job_id: int, previous: str) -> None:
+        super().__init__(custom_id=f"ag:continue:{job_id}", timeout=None)
         self.instruction.default = previous
-        self.story_id = story_id
+        self.stop()  # nothing is kept in memory: see the class docstring
 
-    async def on_submit(self, interaction: discord.Interaction) -> None:
-        bot: AnimeGamerBot = interaction.client
-        story = None
-        if self.story_id is not None:
-            async with bot.sessions() as session:
-                story = await session.get(Story, self.story_id)
-        await submit_turn(bot, interaction, TurnInput(instruction=self.instruction.value), story=story)
 
-    async def on_error(self, interaction: discord.Interaction, error: Exception) -> None:
-        await refuse_or_raise(interaction, error)
+async def submit_continue(interaction: discord.Interaction) -> bool:
+    """Answer a Continue form; False if the interaction is not one."""
+    data = interaction.data or {}
+    match = CONTINUE_FORM.fullmatch(str(data.get("custom_id", "")))
+    if interaction.type is not discord.InteractionType.modal_submit or match is None:
+        return False
+    values = {
+        c.get("custom_id"): c.get("value", "") for row in data.get("components", []) for c in row.get("components", [])
+    }
+    bot: AnimeGamerBot = interaction.client
+    try:
+        _, turn = await _job_for(interaction, int(match["job"]), owner_only=True)
+        story = await _story_of(bot, turn)
+        await submit_turn(bot, interaction, TurnInput(instruction=values.get(INSTRUCTION_FIELD, "")), story=story)
+    except Exception as exc:
+        await refuse_or_raise(interaction, exc)
+    return True
 
 
 class ConfirmReset(discord.ui.View):

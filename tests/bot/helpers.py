@@ -1,0 +1,179 @@
+"""What the admin, refusal and bad-input tests share: answers as a player sees them, rows as the bot writes them.
+
+Rows are written through ``db.queries`` in the test's own session (after the bot has migrated the file), so
+a test can put a turn in flight or a finished turn on record without waiting for the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from celery import Celery
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from animegamer.settings import Settings
+from bot.app import AnimeGamerBot
+from db.engine import make_engine, make_sessionmaker
+from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
+from db.queries import apply_result, create_turn, get_or_create_character, set_job_messages
+from game.contract import TurnResult
+from game.state import StateDeltas
+from tests.discord_double import DiscordDouble, Recorded
+from worker.celery_app import make_celery
+
+EPHEMERAL = 1 << 6
+NO_PINGS = {"parse": []}
+LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
+
+
+def private_text(recorded: Recorded) -> str:
+    """The text of an answer only its reader sees (a callback message or a followup), which pings nobody."""
+    body = recorded.json
+    data = body["data"] if "type" in body else body
+    if "type" in body:
+        assert body["type"] == 4, f"expected a message answer (4), got callback type {body['type']}: {body}"
+    assert data.get("flags", 0) & EPHEMERAL, f"the answer is public: {data}"
+    assert data.get("allowed_mentions") == NO_PINGS, f"the answer may ping someone: {data.get('allowed_mentions')}"
+    return data["content"]
+
+
+def refusal(recorded: Recorded, *words: str) -> str:
+    """A refusal: one short private sentence that contains each of ``words`` (ignoring case)."""
+    text = private_text(recorded)
+    assert "\n" not in text and len(text) <= 300, f"a refusal is one short sentence, got {text!r}"
+    for word in words:
+        assert word.casefold() in text.casefold(), f"{word!r} is not in the refusal {text!r}"
+    return text
+
+
+@asynccontextmanager
+async def db_session(settings: Settings) -> AsyncIterator[AsyncSession]:
+    """One transaction on the bot's database with an engine of the test's own."""
+    engine = make_engine(settings.database_url)
+    try:
+        async with make_sessionmaker(engine)() as session, session.begin():
+            yield session
+    finally:
+        await engine.dispose()
+
+
+async def count_rows(settings: Settings, model: type) -> int:
+    async with db_session(settings) as session:
+        return (await session.execute(select(func.count()).select_from(model))).scalar_one()
+
+
+async def turns_and_jobs(settings: Settings) -> tuple[int, int]:
+    return await count_rows(settings, Turn), await count_rows(settings, Job)
+
+
+async def snapshot(settings: Settings) -> dict[str, list[tuple]]:
+    """Every row an admin command can change, to compare before and after a refused command."""
+    tables = (AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn)
+    seen: dict[str, list[tuple]] = {}
+    async with db_session(settings) as session:
+        for model in tables:
+            columns = [c for c in model.__table__.columns if c.name != "representation"]
+            rows = (await session.execute(select(*columns).order_by(*model.__table__.primary_key.columns))).all()
+            seen[model.__tablename__] = [tuple(row) for row in rows]
+    return seen
+
+
+async def seed_turn(
+    settings: Settings,
+    guild_id: int,
+    channel_id: int,
+    user_id: int,
+    *,
+    character: str = "Qiqi",
+    done: bool = False,
+) -> int:
+    """A turn as /act leaves it (queued; its task never sent, so it stays in flight), or finished and posted.
+
+    A finished turn has its result applied and its clip written where the delivery loop writes clips.
+    Returns the job id.
+    """
+    async with db_session(settings) as session:
+        played = await get_or_create_character(session, guild_id, user_id, character)
+        _, job = await create_turn(
+            session,
+            played,
+            f"Character: {character}; Motion: wave; Background: town.",
+            7,
+            "tiny",
+            guild_id=guild_id,
+            channel_id=channel_id,
+            user_id=user_id,
+        )
+        if done:
+            clip = clip_path(settings, guild_id, job.id)
+            clip.parent.mkdir(parents=True, exist_ok=True)
+            clip.write_bytes(b"not really an mp4")
+            deltas = StateDeltas(motion=1, social=1, entertainment=1, stamina=-1)
+            result = TurnResult(
+                job_id=str(job.id),
+                model="tiny",
+                label="",
+                seed=7,
+                deltas=deltas,
+                flow=0.5,
+                mp4=b"",
+                representation=b"rep",
+                num_frames=1,
+                height=8,
+                width=8,
+                fps=8,
+            )
+            assert await apply_result(session, job.id, result, str(clip))
+            await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
+        return job.id
+
+
+def clip_path(settings: Settings, guild_id: int, job_id: int) -> Path:
+    return settings.data_dir / "clips" / str(guild_id) / f"job_{job_id}.mp4"
+
+
+def idle_queue(settings: Settings, tmp_path: Path) -> Celery:
+    """A real Celery queue that no worker consumes: a turn sent there stays queued, and costs no CPU."""
+    return make_celery(
+        settings.model_copy(
+            update={
+                "broker_url": f"sqla+sqlite:///{tmp_path}/idle-broker.db",
+                "result_backend": f"db+sqlite:///{tmp_path}/idle-results.db",
+            }
+        )
+    )
+
+
+@asynccontextmanager
+async def running_bot_on(double: DiscordDouble, settings: Settings, queue: Celery) -> AsyncIterator[AnimeGamerBot]:
+    """``running_bot`` with a queue of the test's choosing instead of the session's worker."""
+    bot = AnimeGamerBot(settings, celery_app=queue)
+    async with double.running(bot, timeout=30):
+        yield bot
+
+
+def dead_queue(settings: Settings) -> Celery:
+    """A Celery app whose broker does not answer (nothing listens on port 9); its result store still does."""
+    return make_celery(settings.model_copy(update={"broker_url": "redis://127.0.0.1:9/0", "broker_timeout": 1.0}))
+
+
+__all__ = [
+    "LINE",
+    "Character",
+    "Job",
+    "Turn",
+    "clip_path",
+    "count_rows",
+    "db_session",
+    "dead_queue",
+    "idle_queue",
+    "private_text",
+    "refusal",
+    "running_bot_on",
+    "seed_turn",
+    "snapshot",
+    "turns_and_jobs",
+]
