@@ -1,0 +1,60 @@
+"""A player's character: its card, its history, starting over."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, update
+
+from db.engine import make_engine, make_sessionmaker
+from db.models import Character, Turn
+from tests.bot.conftest import read_db, running_bot, wait_for_db
+from tests.discord_double import member
+
+ALICE = member("alice")
+
+
+async def start(double) -> None:
+    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
+
+
+async def test_status_shows_the_card_privately_with_the_gauges(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await start(double)
+        body = (await (await double.slash("status", user=ALICE)).response()).json
+    assert body["data"]["flags"] & 64
+    assert body["data"]["embeds"][0]["title"] == "Qiqi"
+    assert body["data"]["embeds"][0]["image"]["url"] == "attachment://state.png"
+
+
+@pytest.mark.slow
+async def test_history_lists_the_last_turns(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await start(double)
+        await (await double.slash("act", {"motion": "gently wave", "background": "day town"}, user=ALICE)).response()
+        await wait_for_db(bot_settings, select(Turn.stamina_after), lambda rows: rows and rows[0][0] is not None)
+        body = (await (await double.slash("history", user=ALICE)).response()).json
+    assert "gently wave" in body["data"]["content"] and body["data"]["flags"] & 64
+
+
+async def test_reset_asks_first_and_then_starts_over(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await start(double)
+        engine = make_engine(bot_settings.database_url)
+        async with make_sessionmaker(engine)() as session, session.begin():
+            await session.execute(update(Character).values(stamina=5, social=95))
+        await engine.dispose()
+
+        ask = await double.slash("reset", user=ALICE)
+        body = (await ask.response()).json
+        buttons = [c for row in body["data"]["components"] for c in row["components"]]
+        confirm = next(b for b in buttons if b["label"] == "Start over")
+        assert await read_db(bot_settings, select(Character.stamina)) == [(5,)]  # nothing before the click
+        click = await double.button(ask.original, confirm["custom_id"], user=ALICE)
+        await click.response()
+        await wait_for_db(bot_settings, select(Character.stamina, Character.social), lambda r: r == [(50, 50)])
+
+
+async def test_reset_without_a_character_is_refused(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        body = (await (await double.slash("reset", user=ALICE)).response()).json
+    assert body["data"]["flags"] & 64 and "/start" in body["data"]["content"]
