@@ -47,26 +47,43 @@ class AnimeGamerPipeline:
     decoder: AnimeGamerDecoder
     vae: torch.nn.Module
     device: torch.device
-    dtype: torch.dtype
+    mllm_dtype: torch.dtype
+    decoder_dtype: torch.dtype  # the VAE's too
+    offload_mllm: bool = False  # keep the MLLM in CPU memory while the decoder runs (one smaller GPU)
 
     @classmethod
-    def random_weights(cls, config: PipelineConfig, device: str = "cpu") -> AnimeGamerPipeline:
-        """The architecture at the config's sizes with seeded random weights (labelled as such)."""
+    def random_weights(
+        cls,
+        config: PipelineConfig,
+        device: str = "cpu",
+        *,
+        mllm_dtype: torch.dtype | None = None,
+        decoder_dtype: torch.dtype | None = None,
+        offload_mllm: bool = False,
+    ) -> AnimeGamerPipeline:
+        """The architecture at the config's sizes with seeded random weights (labelled as such).
+
+        Modules are built directly on the target device in their target dtype: a 7 B model built in
+        float32 on the CPU first would need 29 GB of host memory and minutes of initialisation.
+        """
         torch_device = torch.device(device)
-        # float32 on the CPU, where bf16 matmuls are slow; bf16 on a GPU, as the release runs the MLLM.
-        dtype = torch.float32 if torch_device.type == "cpu" else torch.bfloat16
+        on_cpu = torch_device.type == "cpu"
+        # float32 on the CPU, where half-precision matmuls are slow; bf16 on a GPU, as the release runs the MLLM.
+        mllm_dtype = mllm_dtype or (torch.float32 if on_cpu else torch.bfloat16)
+        decoder_dtype = decoder_dtype or (torch.float32 if on_cpu else torch.bfloat16)
         torch.manual_seed(config.weights_seed)
         tokenizer = AnimeGamerTokenizer(ByteBase(vocab_size=config.mllm.base_vocab_size))
-        mllm = AnimeGamerMLLM(
-            config.mllm, tokenizer.vocab_size, config.decoder.hidden_size, num_query_tokens=config.num_query_tokens
-        )
-        decoder = AnimeGamerDecoder.from_pipeline_config(config.decoder)
-        vae = build_vae(config.vae)
+        home = torch.device("cpu") if offload_mllm else torch_device
+        with home, _default_dtype(mllm_dtype):
+            mllm = AnimeGamerMLLM(
+                config.mllm, tokenizer.vocab_size, config.decoder.hidden_size, num_query_tokens=config.num_query_tokens
+            )
+        with torch_device, _default_dtype(decoder_dtype):
+            decoder = AnimeGamerDecoder.from_pipeline_config(config.decoder)
+            vae = build_vae(config.vae)
         for module in (mllm, decoder, vae):
-            module.to(torch_device).eval()
-            if dtype != torch.float32:  # built in float32; skipping a no-op cast also skips diffusers' warning
-                module.to(dtype)
-        return cls(config, tokenizer, mllm, decoder, vae, torch_device, dtype)
+            module.eval()
+        return cls(config, tokenizer, mllm, decoder, vae, torch_device, mllm_dtype, decoder_dtype, offload_mllm)
 
     @torch.no_grad()
     def __call__(self, request: TurnRequest, on_progress: ProgressFn | None = None) -> TurnResult:
@@ -83,12 +100,13 @@ class AnimeGamerPipeline:
 
         # 3. MLLM: four constrained forwards for the state tokens, one for the representation.
         report("mllm", 0, 2)
-        with _timed(timings, "state_pass"):
-            embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
-            deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
-        report("mllm", 1, 2)
-        with _timed(timings, "representation_pass"):
-            representation = self.mllm.predict_representation(embeds, prompt)  # (1, 226, H_dit)
+        with self._mllm_on_device(timings):
+            with _timed(timings, "state_pass"):
+                embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
+                deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
+            report("mllm", 1, 2)
+            with _timed(timings, "representation_pass"):
+                representation = self.mllm.predict_representation(embeds, prompt)  # (1, 226, H_dit)
         report("mllm", 2, 2)
 
         # 4. Denoise a video latent conditioned on the representation and the motion scope.
@@ -99,7 +117,7 @@ class AnimeGamerPipeline:
         # 5. Decode to pixels and encode the clip.
         report("vae", 0, 1)
         with _timed(timings, "vae"):
-            frames = decode_latents(self.vae, latents.to(self.dtype), cfg.vae.scaling_factor)[0]  # (T, H, W, 3) uint8
+            frames = decode_latents(self.vae, latents.to(self.decoder_dtype), cfg.vae.scaling_factor)[0]  # (T, H, W, 3)
         report("encode", 0, 1)
         with _timed(timings, "encode"):
             mp4 = encode_mp4(frames, cfg.fps)
@@ -131,11 +149,12 @@ class AnimeGamerPipeline:
         noise = torch.randn(shape, generator=generator).to(self.device)  # drawn on the CPU: same clip on any device
 
         # The unconditional half is a constant of the decoder; the conditional half is the MLLM's output.
-        condition = torch.cat([self.decoder.unconditional_tokens(1), representation.to(self.dtype)])  # (2, 226, D)
+        conditional = representation.to(self.device, self.decoder_dtype)
+        condition = torch.cat([self.decoder.unconditional_tokens(1), conditional])  # (2, 226, D)
         flow_pair = torch.full((2,), flow, device=self.device)
 
         def predict_v(x: torch.Tensor, timestep: int, step_index: int) -> torch.Tensor:
-            pair = torch.cat([x, x]).to(self.dtype)  # (2, F, C, h, w)
+            pair = torch.cat([x, x]).to(self.decoder_dtype)  # (2, F, C, h, w)
             t = torch.full((2,), timestep, device=self.device)
             v_uncond, v_cond = self.decoder(pair, t, condition, flow_pair).float().chunk(2)
             w = sampler.guidance(step_index)
@@ -153,7 +172,22 @@ class AnimeGamerPipeline:
             raise ValueError(f"A history turn's representation is not readable safetensors: {exc}") from exc
         if tuple(tensor.shape) != expected:
             raise ValueError(f"A history turn's representation has shape {tuple(tensor.shape)}; expected {expected}.")
-        return tensor.to(self.device, self.dtype)
+        return tensor.to(self.mllm.device, self.mllm_dtype)
+
+    @contextmanager
+    def _mllm_on_device(self, timings: dict[str, float]) -> Iterator[None]:
+        """With offloading, the MLLM visits the GPU only for its two passes (about 15 GB at full size)."""
+        if not self.offload_mllm:
+            yield
+            return
+        with _timed(timings, "mllm_to_gpu"):
+            self.mllm.to(self.device)
+        try:
+            yield
+        finally:
+            self.mllm.to("cpu")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
     @staticmethod
     def _write_representation(representation: torch.Tensor) -> bytes:
@@ -186,6 +220,16 @@ def load_pipeline(name: str, device: str = "auto", num_steps: int | None = None)
     pipeline = AnimeGamerPipeline.random_weights(config, resolved)
     log.info("loaded %s pipeline on %s in %.1fs", config.name, resolved, time.perf_counter() - started)
     return pipeline
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 @contextmanager
