@@ -1,0 +1,133 @@
+"""One full-size AnimeGamer turn on one GPU: seconds and peak memory per stage, ours against the release's way.
+
+    python benchmarks/full_turn_gpu.py                    # full size on cuda (random weights at the published sizes)
+    python benchmarks/full_turn_gpu.py --model tiny --device cpu   # the same script on a laptop, to check it runs
+
+Ours: bf16 MLLM and decoder, PyTorch SDPA, the CFG pair as one batch, chunked VAE decode, the
+state pass in four forwards. The release's choices on the same weights and seed: fp16 decoder
+and VAE, both models resident, the state pass as greedy generation with a 200-token budget.
+Stages are timed with CUDA events (perf_counter on the CPU) and peak memory is read per stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from game.motion import flow_for
+from worker.pipeline.config import get_config
+from worker.pipeline.pipeline import AnimeGamerPipeline
+from worker.pipeline.prompt import build_prompt
+from worker.pipeline.vae import decode_latents
+from worker.pipeline.video import encode_mp4
+
+LINE = "Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky."
+RELEASE_STATE_BUDGET = 200
+
+
+@dataclass
+class Stage:
+    name: str
+    seconds: float
+    peak_gib: float
+
+
+def run_stage(device: torch.device, name: str, fn: Callable[[], Any]) -> tuple[Any, Stage]:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn()
+        end.record()
+        torch.cuda.synchronize()
+        return out, Stage(name, start.elapsed_time(end) / 1e3, torch.cuda.max_memory_allocated() / 2**30)
+    started = time.perf_counter()
+    out = fn()
+    return out, Stage(name, time.perf_counter() - started, 0.0)
+
+
+def one_turn(pipe: AnimeGamerPipeline, *, release_state_pass: bool) -> list[Stage]:
+    device, cfg = pipe.device, pipe.config
+    stages: list[Stage] = []
+    prompt, stage = run_stage(device, "prompt", lambda: build_prompt(pipe.tokenizer, LINE, [], cfg.num_query_tokens))
+    stages.append(stage)
+    embeds = pipe.mllm.embed_prompt(prompt, [])
+    if release_state_pass:
+        state_fn = lambda: pipe.mllm.release_state_pass(embeds, pipe.tokenizer, RELEASE_STATE_BUDGET)  # noqa: E731
+    else:
+        state_fn = lambda: pipe.mllm.predict_states(embeds, pipe.tokenizer)  # noqa: E731
+    (deltas, passes), stage = run_stage(device, "state pass ({} forwards)", state_fn)
+    stage.name = stage.name.format(passes)
+    stages.append(stage)
+    representation, stage = run_stage(
+        device, "representation pass", lambda: pipe.mllm.predict_representation(embeds, prompt)
+    )
+    stages.append(stage)
+    latents, stage = run_stage(
+        device,
+        f"denoise ({cfg.sampler.num_steps} steps)",
+        lambda: pipe.denoise(representation, flow_for(deltas.motion), 0, lambda *a: None),
+    )
+    stages.append(stage)
+    frames, stage = run_stage(
+        device, "VAE decode", lambda: decode_latents(pipe.vae, latents.to(pipe.decoder_dtype), cfg.vae.scaling_factor)
+    )
+    stages.append(stage)
+    _, stage = run_stage(device, "MP4 encode", lambda: encode_mp4(frames[0], cfg.fps))
+    stages.append(stage)
+    return stages
+
+
+def report(title: str, stages: list[Stage]) -> float:
+    total = sum(s.seconds for s in stages)
+    print(f"\n{title}")
+    print(f"{'stage':<28}{'seconds':>10}{'peak GiB':>10}")
+    for s in stages:
+        print(f"{s.name:<28}{s.seconds:>10.3f}{s.peak_gib:>10.2f}")
+    print(f"{'turn':<28}{total:>10.3f}{max(s.peak_gib for s in stages):>10.2f}")
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="full")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("No CUDA GPU is visible: run with --model tiny --device cpu to check the script.")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    config = get_config(args.model)
+
+    built = time.perf_counter()
+    ours = AnimeGamerPipeline.random_weights(config, args.device)
+    print(
+        f"built {config.name} ({config.num_frames} frames at {config.height}x{config.width}) on {device} "
+        f"in {time.perf_counter() - built:.1f} s; random weights"
+    )
+    one_turn(ours, release_state_pass=False)  # warm-up: kernels, allocator, position tables
+    ours_total = report(
+        "ours: bf16 MLLM and decoder, state pass in 4 forwards", one_turn(ours, release_state_pass=False)
+    )
+
+    # The release's choices on the same modules: fp16 decoder and VAE (cast in place), greedy 200-token states.
+    half = torch.float16 if device.type == "cuda" else torch.float32
+    ours.decoder.to(half)
+    ours.vae.to(half)
+    ours.decoder_dtype = half
+    one_turn(ours, release_state_pass=True)
+    release_total = report(
+        "the release's choices: fp16 decoder, greedy state generation (200-token budget)",
+        one_turn(ours, release_state_pass=True),
+    )
+    print(f"\nratio release/ours, whole turn: {release_total / ours_total:.2f}x (one run)")
+
+
+if __name__ == "__main__":
+    main()
