@@ -7,10 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from animegamer.cli import bot, db, demo, play, worker
+from animegamer.cli import bot, db, demo, inspect_prompt, play, worker
 from animegamer.settings import get_settings
 
-COMMANDS = (demo, play, worker, db, bot)
+COMMANDS = (demo, play, worker, db, bot, inspect_prompt)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,15 @@ Layout (ANIMEGAMER.md, "MLLM prompt for the current turn"):
 ``</ST>`` really appears twice in a past turn: the model was trained on the release's prompts.
 Building from ids, not from a string holding token names, means an instruction can never smuggle
 in a special token and no tokenizer quirk can shift the frame spans.
+
+The release (inference_MLLM.py, app.py) writes the same layout as three strings per turn,
+``"<TURN>" + instruction``, ``"<img><frame><frame_00000>...</frame></img>"`` and the state string
+(``"<ML>"`` alone for the current turn), encodes each with ``add_special_tokens=False`` and
+concatenates the ids after ``[bos_token_id]``; no spaces are written anywhere. Every string starts
+with an added token, so the ids equal ours as long as the instruction is encoded the way text after
+an added token is (``SentencePieceBase.encode``): 254 ids for the first demo line.
+Its history loop never runs (``max_window = 1``), and where it would, it writes the CURRENT turn's
+states into every past turn (``character_states[gen_turn_id]``); we write each past turn's own.
 """
 
 from __future__ import annotations
@@ -81,6 +90,7 @@ def build_prompt(
     spans: list[tuple[int, int]] = []
 
     def add_turn(text: str) -> None:
+        # The text directly follows <TURN>, which is exactly the context ``encode`` reproduces.
         ids.extend([tokenizer.token_id("<TURN>"), *tokenizer.encode(text)])
         start = len(ids) + frame_offset
         spans.append((start, start + num_query_tokens))

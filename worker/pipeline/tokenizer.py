@@ -4,11 +4,14 @@ The added tokens sit directly after the base vocabulary in a fixed order (ANIMEG
 "Tokenizer"), so their ids follow from the base size alone: with Mistral's 32,000 pieces they
 are exactly the release's ids, and with the byte-level ``ByteBase`` the tiny model gets the same
 layout without any file. Prompts are built id by id (``prompt.py``) and states are read back by
-id, so nothing here ever parses special-token strings out of text.
+id, so nothing here ever parses special-token strings out of text; ``SentencePieceBase.encode``
+reproduces how the release's tokenizer encodes the text between added tokens, which makes the
+id-built prompt equal to the release's token for token.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +20,10 @@ from typing import Protocol
 from worker.pipeline.config import NUM_FRAME_TOKENS
 
 logger = logging.getLogger(__name__)
+
+SPIECE_UNDERLINE = "\u2581"  # SentencePiece's word-boundary mark "▁"
+MISTRAL_VOCAB_SIZE = 32000  # the base size the release's added ids (32000..32283) assume
+TOKENIZER_FILE = "tokenizer.model"
 
 STRENGTH_MIN, STRENGTH_MAX = -5, 5
 
@@ -47,7 +54,9 @@ class BaseVocabulary(Protocol):
     bos_id: int
     eos_id: int
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str) -> list[int]:
+        """Ids of plain text as it appears in a prompt: right after an added token, no BOS."""
+        ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
@@ -79,7 +88,27 @@ class ByteBase:
 
 
 class SentencePieceBase:
-    """Mistral's SentencePiece vocabulary (32,000 pieces; unk 0, BOS 1, EOS 2) from a ``tokenizer.model``."""
+    """Mistral's SentencePiece vocabulary (32,000 pieces; unk 0, BOS 1, EOS 2) from a ``tokenizer.model``.
+
+    ``encode`` gives the ids the release's tokenizer gives for a span of plain text that directly
+    follows an added token, which is where every piece of text in the prompt sits (right after
+    ``<TURN>``). The release loads a slow ``LlamaTokenizer`` whose ``tokenizer_config.json`` says
+    ``legacy: false``, and in that mode transformers (4.x ``LlamaTokenizer``; 5.x
+    ``SentencePieceBackend``) does three things that plain SentencePiece does not:
+
+    1. It switches SentencePiece's ``add_dummy_prefix`` off, so no "▁" is put before the span:
+       ``<TURN>Character`` gives ``Character`` (15962), NOT ``▁Character`` (23471), which is what
+       ``SentencePieceProcessor.encode`` with the file's own settings gives.
+    2. A span that starts with a space is encoded behind a literal ``<unk>`` whose pieces are then
+       dropped, so the leading space survives as a "▁" on the first piece.
+    3. "▁" characters in the text are read as spaces.
+
+    Splitting on added tokens puts no "▁" piece between two adjacent added tokens, and the "▁"
+    that ``add_prefix_space`` may put before the whole string is dropped when the next token is
+    special (every string the release encodes starts with ``<TURN>``, ``<img>`` or ``<ML>``). So a
+    prompt assembled id by id from this ``encode`` equals the release's ids exactly
+    (tests/pipeline/test_tokenizer_parity.py checks it against transformers itself).
+    """
 
     def __init__(self, model_file: str | Path) -> None:
         path = Path(model_file)
@@ -90,18 +119,34 @@ class SentencePieceBase:
             )
         import sentencepiece  # only the full model needs it
 
-        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        try:
+            from sentencepiece import sentencepiece_model_pb2
+        except ImportError as exc:  # the generated module imports google.protobuf
+            raise ImportError(
+                "reading tokenizer.model the way the release's tokenizer does needs protobuf: pip install protobuf"
+            ) from exc
+
+        # Item 1 of the class docstring: the same model with the dummy prefix switched off.
+        proto = sentencepiece_model_pb2.ModelProto.FromString(path.read_bytes())
+        proto.normalizer_spec.add_dummy_prefix = False
+        self._sp = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
         self.vocab_size: int = self._sp.get_piece_size()
         self.unk_id: int = self._sp.unk_id()
         self.bos_id: int = self._sp.bos_id()
         self.eos_id: int = self._sp.eos_id()
+        # Item 2: the text put before a span that starts with a space, and how many pieces it makes.
+        self._guard = self._sp.id_to_piece(self.unk_id)
+        self._guard_length = len(self._sp.encode(self._guard))
 
     def encode(self, text: str) -> list[int]:
-        # The one place text becomes ids: exact parity with the release's slow LlamaTokenizer
-        # (prefix-space handling next to added tokens) is to be refined here and only here.
+        """Plain text as the release tokenizes it after an added token (see the class docstring)."""
+        text = text.replace(SPIECE_UNDERLINE, " ")
+        if text.startswith(" "):
+            return list(self._sp.encode(self._guard + text, out_type=int))[self._guard_length :]
         return list(self._sp.encode(text, out_type=int))
 
     def decode(self, ids: Sequence[int]) -> str:
+        # Without the dummy prefix nothing is stripped on decoding, so text (without "▁") round-trips.
         return self._sp.decode(list(ids))
 
 
@@ -126,7 +171,48 @@ class AnimeGamerTokenizer:
 
     @classmethod
     def from_sentencepiece(cls, path: str | Path) -> AnimeGamerTokenizer:
+        """The vocabulary of a SentencePiece ``tokenizer.model`` file plus the AnimeGamer tokens."""
         return cls(SentencePieceBase(path))
+
+    @classmethod
+    def from_checkpoint_dir(cls, directory: str | Path) -> AnimeGamerTokenizer:
+        """The tokenizer of a Hugging Face Mistral-7B directory (or the release's tokenizer folder).
+
+        Only ``tokenizer.model`` is read: the added tokens' ids follow from the base size, so a
+        plain Mistral checkpoint is enough. Where the folder also holds the release's
+        ``added_tokens.json``, its ids are checked against ours so a foreign folder fails here and
+        not as garbage states three layers later.
+        """
+        path = Path(directory)
+        if path.is_file() and path.name == TOKENIZER_FILE:
+            path = path.parent
+        model_file = path / TOKENIZER_FILE
+        if not model_file.is_file():
+            where = "no such directory" if not path.exists() else "that directory has no tokenizer.model"
+            raise FileNotFoundError(
+                f"{model_file}: {where}; expected a Hugging Face Mistral-7B-Instruct-v0.1 directory "
+                "(or the release's animegamer_tokenizer folder) holding its SentencePiece tokenizer.model"
+            )
+        tokenizer = cls.from_sentencepiece(model_file)
+        if tokenizer.base_vocab_size != MISTRAL_VOCAB_SIZE:
+            raise ValueError(
+                f"{model_file} has {tokenizer.base_vocab_size} pieces; the AnimeGamer ids assume Mistral's "
+                f"{MISTRAL_VOCAB_SIZE}: point at the Mistral-7B-Instruct-v0.1 checkpoint"
+            )
+        tokenizer._check_added_tokens(path / "added_tokens.json")
+        return tokenizer
+
+    def _check_added_tokens(self, added_tokens_file: Path) -> None:
+        if not added_tokens_file.is_file():
+            return
+        try:
+            listed = json.loads(added_tokens_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{added_tokens_file}: not readable JSON ({exc})") from exc
+        wrong = {name: i for name, i in listed.items() if self._ids.get(name) != i}
+        if wrong:
+            shown = ", ".join(f"{name}={i}" for name, i in list(wrong.items())[:5])
+            raise ValueError(f"{added_tokens_file} gives ids that differ from the release's layout: {shown}")
 
     @property
     def vocab_size(self) -> int:
@@ -180,7 +266,11 @@ class AnimeGamerTokenizer:
         return value if STRENGTH_MIN <= value <= STRENGTH_MAX else None
 
     def encode(self, text: str) -> list[int]:
-        """Plain text to base ids, without BOS; token names in ``text`` are NOT turned into added ids."""
+        """Plain text to base ids as the release encodes text that follows an added token, without BOS.
+
+        Token names in ``text`` are NOT turned into added ids (the release's string-built prompt
+        would split them out; here a player's text can never become a control token).
+        """
         return self.base.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:

@@ -1,0 +1,1 @@
+"""Loading the published AnimeGamer checkpoints (and tiny ones in the same layout) into our modules."""
