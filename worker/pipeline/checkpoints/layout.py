@@ -1,10 +1,10 @@
 """Where the release's files live under a checkpoint directory, for one character.
 
-    <root>/Mistral-7B-Instruct-v0.1/          Hugging Face directory (config.json, tokenizer.model, weights)
-    <root>/AnimeGamer/MLLM-<Character>/pytorch_model.bin     the MLLM wrapper's state dict (peft LoRA, resamplers)
-    <root>/AnimeGamer/VDM_Decoder-<Character>/latest         a file holding the step folder's name
-    <root>/AnimeGamer/VDM_Decoder-<Character>/<step>/mp_rank_00_model_states.pt   SAT {'module': state_dict}
-    <root>/vae/3d-vae.pt                                     {'state_dict': ...}
+<root>/Mistral-7B-Instruct-v0.1/          Hugging Face directory (config.json, tokenizer.model, weights)
+<root>/AnimeGamer/MLLM-<Character>/pytorch_model.bin     the MLLM wrapper's state dict (peft LoRA, resamplers)
+<root>/AnimeGamer/VDM_Decoder-<Character>/latest         a file holding the step folder's name
+<root>/AnimeGamer/VDM_Decoder-<Character>/<step>/mp_rank_00_model_states.pt   SAT {'module': state_dict}
+<root>/vae/3d-vae.pt                                     {'state_dict': ...}
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.pipeline.checkpoints.errors import CheckpointError
+from worker.pipeline.checkpoints.files import resolve_decoder_file
 
 MISTRAL_DIR = "Mistral-7B-Instruct-v0.1"
 CHARACTERS = ("Qiqi", "Sosuke")  # the published pairs; each MLLM was adapted with its own decoder
@@ -41,11 +41,4 @@ class CheckpointLayout:
 
     def decoder_file(self) -> Path:
         """The SAT model-states file that ``latest`` points at."""
-        latest = self.decoder_dir / "latest"
-        if not latest.is_file():
-            raise CheckpointError(latest, "missing", "a text file holding the step folder's name (SAT layout)")
-        step = latest.read_text().strip()
-        path = self.decoder_dir / step / "mp_rank_00_model_states.pt"
-        if not path.is_file():
-            raise CheckpointError(path, "missing", f"the decoder weights of step {step!r} named by {latest}")
-        return path
+        return resolve_decoder_file(self.decoder_dir)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from typing import Any, Literal
 import torch
 
 from worker.pipeline.checkpoints.errors import CheckpointError
+from worker.pipeline.checkpoints.files import load_torch_file
 from worker.pipeline.config import MLLMConfig
 from worker.pipeline.mllm import AnimeGamerMLLM
 
@@ -199,21 +199,10 @@ class _Tensors:
 
 
 def load_torch_state(path: Path) -> dict[str, torch.Tensor]:
-    """A flat ``{name: tensor}`` torch file, memory-mapped when it is in torch's zip format.
-
-    ``weights_only`` because a checkpoint is data, never code; a legacy (non-zip) file cannot be
-    memory-mapped and is read whole; a truncated zip is not recognised as one and fails to load.
-    """
-    if not path.is_file():
-        raise CheckpointError(path, "missing", "a torch state dict file")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError... for a damaged file
-        raise CheckpointError(path, f"unreadable ({type(exc).__name__}: {exc})", "a complete torch.save file") from exc
-    if not isinstance(state, Mapping) or not all(
-        isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in state.items()
-    ):
-        raise CheckpointError(path, f"holds a {type(state).__name__}, not a flat state dict", "{name: tensor}")
+    """A flat ``{name: tensor}`` torch file (see ``files.load_torch_file`` for how it is read)."""
+    state = load_torch_file(path)
+    if not all(isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in state.items()):
+        raise CheckpointError(path, "holds something other than a flat state dict", "{name: tensor}")
     return dict(state)
 
 
