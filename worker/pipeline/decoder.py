@@ -29,6 +29,9 @@ from worker.pipeline.config import DecoderConfig
 
 logger = logging.getLogger(__name__)
 
+# The release's SAT LayerNorms use 1e-6 (diffusers' CogVideoX port uses 1e-5); its weights expect 1e-6.
+LAYERNORM_EPS = 1e-6
+
 
 class AnimeGamerDecoder(ModelMixin, ConfigMixin):
     """CogVideoX-2B-shaped DiT that predicts v for a video latent from 226 condition tokens and a motion scope.
@@ -97,19 +100,19 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
                     attention_bias=True,
                     qk_norm=True,
                     norm_elementwise_affine=True,
-                    norm_eps=1e-5,
+                    norm_eps=LAYERNORM_EPS,
                 )
                 for _ in range(num_layers)
             ]
         )
-        self.norm_final = nn.LayerNorm(hidden, eps=1e-5, elementwise_affine=True)
+        self.norm_final = nn.LayerNorm(hidden, eps=LAYERNORM_EPS, elementwise_affine=True)
 
         # 4. Output: adaLN with the time embedding, then back to patch pixels of the latent
         self.norm_out = AdaLayerNorm(
             embedding_dim=time_embed_dim,
             output_dim=2 * hidden,
             norm_elementwise_affine=True,
-            norm_eps=1e-5,
+            norm_eps=LAYERNORM_EPS,
             chunk_dim=1,
         )
         self.proj_out = nn.Linear(hidden, patch_size * patch_size * latent_channels)
