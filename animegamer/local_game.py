@@ -44,10 +44,10 @@ class SetupError(RuntimeError):
 def connect(settings: Settings) -> Celery:
     """Check the model name and the queue before starting anything, and return the Celery app."""
     from worker.celery_app import BrokerUnavailable, app, check_broker
-    from worker.pipeline.config import UnknownModelError, get_config
+    from worker.pipeline.config import UnknownModelError, check_model_name
 
     try:
-        get_config(settings.model)
+        check_model_name(settings.model)
         check_broker(app, settings.broker_timeout)
     except (UnknownModelError, BrokerUnavailable) as exc:
         raise SetupError(str(exc)) from exc
@@ -103,12 +103,14 @@ class WorkerProcess:
 def run_turn(
     app: Celery,
     request: TurnRequest,
+    queue: str,
     on_progress: ProgressFn | None = None,
     worker: WorkerProcess | None = None,
     timeout: float = 3600.0,
 ) -> TurnResult:
     """Send one turn by name and wait for it, reporting the worker's progress."""
-    async_result: AsyncResult = app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id)
+    payload = [request.model_dump(mode="json")]
+    async_result: AsyncResult = app.send_task(TASK_NAME, args=payload, task_id=request.job_id, queue=queue)
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -147,6 +149,11 @@ class LocalGame:
             seed=self.seed + self.turns_played,
             history=past_turns_for(self.history, self.settings.history_window),
         )
+
+    def queue(self, instruction: Instruction) -> str:
+        from worker.celery_app import queue_for
+
+        return queue_for(self.settings, instruction.character)
 
     def apply(self, instruction: Instruction, result: TurnResult) -> CharacterState:
         self.state = self.state.apply(result.deltas)

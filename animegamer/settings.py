@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,7 +23,9 @@ class Settings(BaseSettings):
     result_backend: str = ""  # default: db+sqlite:///<data_dir>/results.db; or redis://host:6379/1
     queue: str = "turns"
 
-    model: str = "tiny"  # tiny | full (random weights at the published sizes)
+    model: str = "tiny"  # tiny | full (random weights at the published sizes) | animegamer (the published files)
+    checkpoints: Path = Path("checkpoints")  # the release's layout, for model animegamer
+    offload_mllm: Literal["auto", "on", "off"] = "auto"  # keep the MLLM off the GPU while the decoder runs
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     num_steps: int = Field(default=0, ge=0, le=1000)  # 0: the model's own (50)
     history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns, as released
@@ -37,7 +40,7 @@ class Settings(BaseSettings):
     discord_gateway_url: str = Field(default="", validation_alias="DISCORD_GATEWAY_URL")  # a gateway proxy (ws://)
     shard_count: int | None = Field(default=None, ge=1, validation_alias="SHARD_COUNT")  # None: Discord's advice
     dev_guild: int | None = Field(default=None, validation_alias="DEV_GUILD")  # sync commands to this guild only
-    characters: list[str] = ["Qiqi", "Sosuke"]  # offered by /start; the published models' two characters
+    characters: list[str] = ["Qiqi", "Sosuke"]  # /start offers these; animegamer workers load each one's pair
     delivery_poll_seconds: float = Field(default=1.0, gt=0)  # how often the bot checks jobs in flight
     progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
     upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller

@@ -31,10 +31,11 @@ class TurnQueue:
         self.app = app
         self.timeout = timeout
 
-    async def send(self, request: TurnRequest, task_id: str) -> None:
+    async def send(self, request: TurnRequest, task_id: str, queue: str) -> None:
         def send() -> None:
             # No publish retries: a dead broker must be reported now, not in a minute.
-            self.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=task_id, retry=False)
+            payload = [request.model_dump(mode="json")]
+            self.app.send_task(TASK_NAME, args=payload, task_id=task_id, queue=queue, retry=False)
 
         await self._call(send)
 

@@ -36,6 +36,7 @@ from db.queries import (
 )
 from game.contract import TurnRequest
 from game.instruction import Instruction, InstructionError, from_fields, parse
+from worker.celery_app import queue_for
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -127,7 +128,7 @@ async def submit_turn(
 
     await interaction.response.defer(thinking=True)
     try:
-        await bot.queue.send(request, task_id)
+        await bot.queue.send(request, task_id, queue_for(bot.settings, instruction.character))
     except QueueUnavailable:
         async with bot.sessions() as session, session.begin():
             await fail_job(session, job_id, "the queue was unreachable")

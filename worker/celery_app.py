@@ -15,6 +15,8 @@ from kombu.utils.url import maybe_sanitize_url
 from animegamer.settings import Settings, get_settings
 from game.contract import TASK_NAME
 
+RELEASE_MODEL = "animegamer"  # worker.pipeline.config.RELEASE, without importing the model code
+
 # Our SQLAlchemy transport deletes acked messages and redelivers lost ones (see sqlite_broker.py).
 TRANSPORT_ALIASES["sqla"] = "worker.sqlite_broker:Transport"
 
@@ -52,6 +54,20 @@ def make_celery(settings: Settings) -> Celery:
         # Only Redis understands the socket options; create_engine would refuse them.
         app.conf.broker_transport_options = {"visibility_timeout": settings.visibility_timeout}
     return app
+
+
+def queue_for(settings: Settings, character: str) -> str:
+    """Published checkpoints are one MLLM + decoder pair per character, so each has its own queue,
+    consumed by the workers that loaded that pair; random-weight models serve any character."""
+    if settings.model == RELEASE_MODEL:
+        return f"{settings.queue}.{character.casefold()}"
+    return settings.queue
+
+
+def served_queues(settings: Settings) -> list[str]:
+    if settings.model == RELEASE_MODEL:
+        return [queue_for(settings, character) for character in settings.characters]
+    return [settings.queue]
 
 
 class BrokerUnavailable(RuntimeError):

@@ -16,13 +16,15 @@ from pydantic import ValidationError
 
 from animegamer.settings import get_settings
 from game.contract import TASK_NAME, TurnRequest
-from worker.celery_app import app
+from game.instruction import parse
+from worker.celery_app import RELEASE_MODEL, app
 
 if TYPE_CHECKING:
     from worker.pipeline.pipeline import AnimeGamerPipeline
 
 log = logging.getLogger(__name__)
 
+ANY_CHARACTER = "*"  # random-weight models are no character's
 PROGRESS_EVERY_SECONDS = 0.2  # a result-store write per denoising step would slow small models
 
 
@@ -31,16 +33,36 @@ class InvalidTurnRequest(ValueError):
 
 
 class PipelineTask(Task):
-    _pipeline: AnimeGamerPipeline | None = None
+    """Holds this process's pipelines: one for random weights, or one per served character's pair."""
+
+    _pipelines: dict[str, AnimeGamerPipeline] | None = None
 
     @property
-    def pipeline(self) -> AnimeGamerPipeline:
-        if self._pipeline is None:
+    def pipelines(self) -> dict[str, AnimeGamerPipeline]:
+        if self._pipelines is None:
             from worker.pipeline.pipeline import load_pipeline
 
             settings = get_settings()
-            self._pipeline = load_pipeline(settings.model, device=settings.device, num_steps=settings.num_steps or None)
-        return self._pipeline
+            characters = settings.characters if settings.model == RELEASE_MODEL else [ANY_CHARACTER]
+            self._pipelines = {
+                character.casefold(): load_pipeline(
+                    settings.model,
+                    device=settings.device,
+                    num_steps=settings.num_steps or None,
+                    checkpoints=settings.checkpoints,
+                    character=character,
+                    offload=settings.offload_mllm,
+                )
+                for character in characters
+            }
+        return self._pipelines
+
+    def pipeline_for(self, character: str) -> AnimeGamerPipeline:
+        pipelines = self.pipelines
+        found = pipelines.get(character.casefold()) or pipelines.get(ANY_CHARACTER)
+        if found is None:
+            raise InvalidTurnRequest(f"This worker serves {', '.join(pipelines)}, not {character}.")
+        return found
 
 
 @app.task(bind=True, base=PipelineTask, name=TASK_NAME)
@@ -62,6 +84,6 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
             self.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
 
     report("loading", 0, 1)
-    result = self.pipeline(turn, on_progress=report)
+    result = self.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
     log.info("turn %s done in %.2fs", turn.job_id, sum(result.timings.values()))
     return result.model_dump(mode="json")

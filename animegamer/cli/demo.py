@@ -94,7 +94,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             for number, instruction in enumerate(instructions, start=1):
                 with tqdm(total=1, desc=f"turn {number}: queued", unit="step", position=1, leave=False) as steps:
                     progress = bar_progress(steps, f"turn {number}: ")
-                    result = run_turn(app, game.request(instruction), progress, worker, settings.task_time_limit + 60)
+                    request = game.request(instruction)
+                    result = run_turn(
+                        app, request, game.queue(instruction), progress, worker, settings.task_time_limit + 60
+                    )
                 clip = f"turn_{number:02d}.mp4"
                 write_atomically(out / clip, result.mp4)
                 label = result.label

@@ -87,9 +87,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             character = instruction.character
             with tqdm(total=1, desc="queued", unit="step", leave=False) as bar:
                 try:
-                    result = run_turn(
-                        app, game.request(instruction), bar_progress(bar), worker, settings.task_time_limit + 60
-                    )
+                    request, queue = game.request(instruction), game.queue(instruction)
+                    result = run_turn(app, request, queue, bar_progress(bar), worker, settings.task_time_limit + 60)
                 except TurnFailed as exc:
                     print(exc)
                     if not worker.alive():

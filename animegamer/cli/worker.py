@@ -15,7 +15,11 @@ from animegamer.settings import Settings
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("worker", help="run a GPU/CPU worker for the configured queue", description=__doc__)
     parser.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
-    parser.add_argument("--queues", default=None, help="comma-separated queues (default: ANIMEGAMER_QUEUE)")
+    parser.add_argument(
+        "--queues",
+        default=None,
+        help="comma-separated queues (default: ANIMEGAMER_QUEUE, one per character for the published model)",
+    )
     parser.add_argument(
         "--no-preload", action="store_true", help="load the model on the first turn instead of at start"
     )
@@ -23,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.celery_app import BrokerUnavailable, app, check_broker
+    from worker.celery_app import BrokerUnavailable, app, check_broker, served_queues
     from worker.tasks import generate_turn
 
     try:
@@ -35,11 +39,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from worker.pipeline.pipeline import PipelineLoadError
 
         try:
-            generate_turn.pipeline  # noqa: B018 - load once, now, so a broken model fails at start
+            generate_turn.pipelines  # noqa: B018 - load once, now, so a broken model fails at start
         except PipelineLoadError as exc:
             print(exc, file=sys.stderr)
             return 1
-    argv = ["worker", "--pool=solo", f"--loglevel={args.loglevel}", "-Q", args.queues or settings.queue]
+    argv = [
+        "worker",
+        "--pool=solo",
+        f"--loglevel={args.loglevel}",
+        "-Q",
+        args.queues or ",".join(served_queues(settings)),
+    ]
     if settings.broker_url.startswith("sqla+"):
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]  # no broadcast over SQLite
     app.worker_main(argv)

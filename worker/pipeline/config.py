@@ -139,7 +139,7 @@ def tiny() -> PipelineConfig:
             text_embed_dim=32,
             ip_embed_dim=16,
         ),
-        vae=VAEConfig(block_out_channels=(8, 8, 8, 8), latent_channels=4, layers_per_block=1, norm_num_groups=4),
+        vae=VAEConfig(block_out_channels=(8, 8, 8, 8), latent_channels=4, layers_per_block=1, norm_num_groups=8),
         sampler=SamplerConfig(),
         height=64,
         width=96,
@@ -148,11 +148,18 @@ def tiny() -> PipelineConfig:
 
 
 PRESETS = {"tiny": tiny, "full": full}
+RELEASE = "animegamer"  # the published checkpoints; sizes come from the files, not from a preset
+MODEL_NAMES = (*sorted(PRESETS), RELEASE)
 
 
 class UnknownModelError(ValueError):
     def __init__(self, name: str) -> None:
-        super().__init__(f"Unknown model {name!r}; choose one of: {', '.join(sorted(PRESETS))}.")
+        super().__init__(f"Unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}.")
+
+
+def check_model_name(name: str) -> None:
+    if name not in MODEL_NAMES:
+        raise UnknownModelError(name)
 
 
 def get_config(name: str, **overrides: object) -> PipelineConfig:

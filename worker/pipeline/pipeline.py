@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from safetensors.torch import load as load_safetensors
@@ -20,7 +21,7 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import TurnRequest, TurnResult
 from game.motion import flow_for
-from worker.pipeline.config import PipelineConfig, get_config
+from worker.pipeline.config import RELEASE, PipelineConfig, get_config
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt
@@ -203,22 +204,51 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def load_pipeline(name: str, device: str = "auto", num_steps: int | None = None) -> AnimeGamerPipeline:
-    """The pipeline a worker serves, by model name; built once per worker process."""
-    try:
-        config = get_config(name)
-    except ValueError as exc:
-        raise PipelineLoadError(str(exc)) from exc
-    if num_steps:
-        config = replace(config, sampler=replace(config.sampler, num_steps=num_steps))
+def load_pipeline(
+    name: str,
+    device: str = "auto",
+    num_steps: int | None = None,
+    *,
+    checkpoints: Path | str = "checkpoints",
+    character: str = "Qiqi",
+    offload: str = "auto",
+) -> AnimeGamerPipeline:
+    """The pipeline a worker serves, by model name; built once per worker process.
+
+    ``tiny`` and ``full`` are random weights (any character); ``animegamer`` loads the character's
+    published MLLM + decoder pair from ``checkpoints``.
+    """
     resolved = resolve_device(device)
-    if config.name == "full" and resolved == "cpu":
-        raise PipelineLoadError(
-            "The full-size model needs a CUDA GPU and none is visible; use ANIMEGAMER_MODEL=tiny on this machine."
-        )
+    offload_mllm = {"on": True, "off": False}.get(offload)  # auto: decided from free GPU memory
     started = time.perf_counter()
-    pipeline = AnimeGamerPipeline.random_weights(config, resolved)
-    log.info("loaded %s pipeline on %s in %.1fs", config.name, resolved, time.perf_counter() - started)
+    if name == RELEASE:
+        if resolved == "cpu":
+            raise PipelineLoadError(
+                "The published AnimeGamer model needs a CUDA GPU (about 24 GB) and none is visible; "
+                "use ANIMEGAMER_MODEL=tiny on this machine."
+            )
+        from worker.pipeline.checkpoints.errors import CheckpointError
+        from worker.pipeline.checkpoints.load import load_release_pipeline
+
+        try:
+            pipeline = load_release_pipeline(
+                checkpoints, character, device=resolved, num_steps=num_steps, offload_mllm=offload_mllm
+            )
+        except (CheckpointError, FileNotFoundError, ValueError) as exc:
+            raise PipelineLoadError(str(exc)) from exc
+    else:
+        try:
+            config = get_config(name)
+        except ValueError as exc:
+            raise PipelineLoadError(str(exc)) from exc
+        if num_steps:
+            config = replace(config, sampler=replace(config.sampler, num_steps=num_steps))
+        if config.name == "full" and resolved == "cpu":
+            raise PipelineLoadError(
+                "The full-size model needs a CUDA GPU and none is visible; use ANIMEGAMER_MODEL=tiny on this machine."
+            )
+        pipeline = AnimeGamerPipeline.random_weights(config, resolved, offload_mllm=bool(offload_mllm))
+    log.info("loaded %s pipeline on %s in %.1fs", name, resolved, time.perf_counter() - started)
     return pipeline
 
 

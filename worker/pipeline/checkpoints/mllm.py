@@ -304,7 +304,8 @@ def load_mllm(
     representation_dim: int,
     dtype: torch.dtype = torch.bfloat16,
     device: torch.device | str = "cpu",
-) -> AnimeGamerMLLM:
+    validate_only: bool = False,
+) -> AnimeGamerMLLM | None:
     """The release's MLLM with its LoRA merged: Mistral base directory + the wrapper's ``pytorch_model.bin``.
 
     Everything is checked before any weight is read: every key of the file is used, skipped by
@@ -319,6 +320,8 @@ def load_mllm(
         representation_dim: the decoder's hidden size (1920), the resamplers' outer width.
         dtype: the parameters' dtype; the release runs the MLLM in bf16.
         device: where the parameters live; LoRA is merged there, in float32.
+        validate_only: check every key and shape of both sources, read no weight, return None
+            (``animegamer checkpoints check``).
     """
     mistral_dir, mllm_file, device = Path(mistral_dir), Path(mllm_file), torch.device(device)
 
@@ -387,6 +390,9 @@ def load_mllm(
             raise CheckpointError(
                 base.files[key], f"tensor {key} has shape {list(base.shapes[key])}", f"{list(shape)} (config.json)"
             )
+
+    if validate_only:
+        return None
 
     # 4. Assemble: merged projections, trained norms / embeddings / resamplers from the MLLM file
     scale = LORA_ALPHA / rank

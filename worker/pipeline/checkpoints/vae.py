@@ -81,8 +81,10 @@ def vae_config_from_state(
 ) -> VAEConfig:
     """The VAE's sizes, read from the decoder half of a SAT VAE state dict.
 
-    GroupNorm group count, scaling factor and temporal compression leave no trace in the weights: they come from
-    ``defaults`` (the release's values, 32 groups, 1.15258426 and 4, when None).
+    Scaling factor and temporal compression leave no trace in the weights: they come from ``defaults``
+    (the release's 1.15258426 and 4 when None). Nor does the GroupNorm group count; without ``defaults``
+    it is the largest count up to 32 that divides every width (the release's 32; 8 for the tiny VAE),
+    the rule our own configs follow so that a tiny checkpoint loads without a side file.
     """
     blocks: dict[int, set[int]] = {}
     for key in state:
@@ -102,8 +104,10 @@ def vae_config_from_state(
     if conv_in is None or conv_in.ndim != 5:
         found = "missing" if conv_in is None else f"shape {list(conv_in.shape)}"
         raise CheckpointError(path, f"tensor decoder.conv_in.conv.weight is {found}", "a 5-d Conv3d weight")
+    groups = defaults.norm_num_groups if defaults else max(g for g in range(1, 33) if all(w % g == 0 for w in widths))
     return replace(
         defaults or VAEConfig(),
+        norm_num_groups=groups,
         block_out_channels=tuple(widths),
         latent_channels=int(conv_in.shape[1]),
         layers_per_block=len(blocks[0]) - 1,  # the decoder has one resnet more per level than the encoder
