@@ -150,6 +150,14 @@ class SentencePieceBase:
         return self._sp.decode(list(ids))
 
 
+def _config_vocab_size(config_file: Path) -> int | None:
+    """The base vocabulary a Hugging Face directory's model was built for (None: no config to compare)."""
+    try:
+        return int(json.loads(config_file.read_text(encoding="utf-8"))["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class AnimeGamerTokenizer:
     """A base vocabulary plus the AnimeGamer tokens, which take ids ``base.vocab_size`` onward.
 
@@ -194,10 +202,12 @@ class AnimeGamerTokenizer:
                 "(or the release's animegamer_tokenizer folder) holding its SentencePiece tokenizer.model"
             )
         tokenizer = cls.from_sentencepiece(model_file)
-        if tokenizer.base_vocab_size != MISTRAL_VOCAB_SIZE:
+        expected = _config_vocab_size(path / "config.json")
+        if expected is not None and tokenizer.base_vocab_size != expected:
             raise ValueError(
-                f"{model_file} has {tokenizer.base_vocab_size} pieces; the AnimeGamer ids assume Mistral's "
-                f"{MISTRAL_VOCAB_SIZE}: point at the Mistral-7B-Instruct-v0.1 checkpoint"
+                f"{model_file} has {tokenizer.base_vocab_size} pieces but {path / 'config.json'} says vocab_size "
+                f"{expected}; the tokenizer and the model must come from the same checkpoint "
+                f"(Mistral-7B-Instruct-v0.1: {MISTRAL_VOCAB_SIZE})"
             )
         tokenizer._check_added_tokens(path / "added_tokens.json")
         return tokenizer
