@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from worker.pipeline.config import full
@@ -36,3 +37,14 @@ def test_resident_weights_take_17_gib_and_offloading_the_mllm_leaves_the_largest
     offloaded = p.gpu_bytes(offload_mllm=True) / GIB - ACTIVATION_GIB
     assert 17.0 < resident < 17.3  # 13.6 GiB MLLM + 3.2 GiB decoder + 0.4 GiB VAE, all bf16
     assert offloaded == p.mllm_bytes / GIB  # the MLLM alone, then the decoder alone
+
+
+def test_the_full_model_stays_resident_on_an_h200_is_offloaded_on_a_24_gb_card_and_refused_on_8():
+    from worker.pipeline.checkpoints.load import offload_decision
+    from worker.pipeline.pipeline import PipelineLoadError
+
+    p = full_plan()
+    assert offload_decision(p, 139 * GIB, "animegamer") is False
+    assert offload_decision(p, 22 * GIB, "animegamer") is True  # 24 GB is 22.4 GiB
+    with pytest.raises(PipelineLoadError, match=r"8\.0 GiB free.*ANIMEGAMER_OFFLOAD_MLLM=on"):
+        offload_decision(p, 8 * GIB, "animegamer")

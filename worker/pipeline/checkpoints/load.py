@@ -19,7 +19,7 @@ from worker.pipeline.checkpoints.layout import CHARACTERS, CheckpointLayout
 from worker.pipeline.checkpoints.mllm import load_mllm
 from worker.pipeline.checkpoints.vae import load_vae
 from worker.pipeline.config import PipelineConfig, full
-from worker.pipeline.memory import GIB, plan
+from worker.pipeline.memory import GIB, MemoryPlan, plan
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
 
 log = logging.getLogger(__name__)
@@ -154,19 +154,23 @@ def _vae_config(vae):
 
 
 def _should_offload(config: PipelineConfig, mllm_dtype: torch.dtype, decoder_dtype: torch.dtype, device: str) -> bool:
-    from worker.pipeline.pipeline import PipelineLoadError
-
     if not device.startswith("cuda"):
         return False
-    needs = plan(config, mllm_dtype, decoder_dtype)
     free, _ = torch.cuda.mem_get_info(torch.device(device))
-    if needs.gpu_bytes(offload_mllm=False) <= free:
+    return offload_decision(plan(config, mllm_dtype, decoder_dtype), free, config.name)
+
+
+def offload_decision(needs: MemoryPlan, free_bytes: int, model: str) -> bool:
+    """Resident when everything fits, offloaded when only that fits; else say what is needed."""
+    from worker.pipeline.pipeline import PipelineLoadError
+
+    if needs.gpu_bytes(offload_mllm=False) <= free_bytes:
         return False
-    if needs.gpu_bytes(offload_mllm=True) <= free:
-        log.info("not everything fits in %.1f GiB free: the MLLM will be offloaded between its passes", free / GIB)
+    if needs.gpu_bytes(offload_mllm=True) <= free_bytes:
+        log.info("not everything fits in %.1f GiB free: the MLLM is offloaded between its passes", free_bytes / GIB)
         return True
     raise PipelineLoadError(
-        f"This GPU has {free / GIB:.1f} GiB free; the {config.name} model needs about "
+        f"This GPU has {free_bytes / GIB:.1f} GiB free; the {model} model needs about "
         f"{needs.gpu_bytes(offload_mllm=False) / GIB:.1f} GiB, or {needs.gpu_bytes(offload_mllm=True) / GIB:.1f} GiB "
         "with the MLLM offloaded (ANIMEGAMER_OFFLOAD_MLLM=on). Free the GPU or use a larger one."
     )
