@@ -52,6 +52,17 @@ class TurnQueue:
     async def revoke(self, task_id: str) -> None:
         await self._call(lambda: self.app.control.revoke(task_id))
 
+    async def active_queues(self) -> list[str] | None:
+        """The queues the running workers consume, or None where the broker cannot say (SQLite)."""
+
+        def ask() -> list[str] | None:
+            if not self.app.conf.broker_url.startswith(("redis", "amqp")):
+                return None  # remote control needs a broadcast, which the SQLite transport lacks
+            replies = self.app.control.inspect(timeout=1.0).active_queues() or {}
+            return sorted({queue["name"] for queues in replies.values() for queue in queues})
+
+        return await self._call(ask)
+
     async def _call(self, fn: Any) -> Any:
         try:
             return await asyncio.wait_for(asyncio.to_thread(fn), timeout=self.timeout * 3)

@@ -7,6 +7,7 @@ Celery app built from the same settings.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -69,7 +70,14 @@ def worker_env(data_dir: Path, broker_url: str | None = None, **extra: str) -> d
 
 
 def settings_for(env: dict[str, str]) -> Settings:
-    return Settings(**{k.removeprefix("ANIMEGAMER_").lower(): v for k, v in env.items() if k.startswith("ANIMEGAMER_")})
+    """The settings a process started with ``env`` reads (lists arrive as JSON, as in the environment)."""
+
+    def value(text: str) -> object:
+        return json.loads(text) if text.startswith("[") else text
+
+    return Settings(
+        **{k.removeprefix("ANIMEGAMER_").lower(): value(v) for k, v in env.items() if k.startswith("ANIMEGAMER_")}
+    )
 
 
 def start_worker(env: dict[str, str]) -> Worker:

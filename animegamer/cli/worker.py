@@ -7,6 +7,7 @@ process leaves its unacknowledged turn to be redelivered after the visibility ti
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from animegamer.settings import Settings
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"--loglevel={args.loglevel}",
         "-Q",
         args.queues or ",".join(served_queues(settings)),
+        # A node name of its own: several workers on one host (one per GPU) must answer inspect() apart.
+        "-n",
+        f"animegamer-{os.getpid()}@%h",
     ]
     if settings.broker_url.startswith("sqla+"):
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]  # no broadcast over SQLite

@@ -41,7 +41,7 @@ class ActCommands:
 
     @act.autocomplete("character")
     async def act_character(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return character_choices(self.bot, current)
+        return await character_choices(self.bot, current)
 
     @act.autocomplete("time")
     async def act_time(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:

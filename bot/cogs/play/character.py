@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from typing import TYPE_CHECKING
 
 import discord
@@ -11,9 +12,11 @@ from discord import app_commands
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
 from bot.cogs.play.views import ConfirmReset
 from bot.errors import Refusal
+from bot.queue import QueueUnavailable
 from db.queries import active_character, get_or_create_character, has_turn_in_flight, recent_turns, reset_character
 from game.instruction import InstructionError, from_fields
 from game.state import CharacterState
+from worker.celery_app import RELEASE_MODEL, queue_for
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -54,7 +57,7 @@ class CharacterCommands:
 
     @start.autocomplete("character")
     async def start_character(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return character_choices(self.bot, current)
+        return await character_choices(self.bot, current)
 
     @app_commands.command(name="status", description="Your character's card")
     @app_commands.guild_only()
@@ -111,10 +114,38 @@ class CharacterCommands:
         await interaction.edit_original_response(content=f"{character.name} starts over.")
 
 
-def character_choices(bot: AnimeGamerBot, current: str) -> list[app_commands.Choice[str]]:
+SERVED_CACHE_SECONDS = 60.0
+_served: dict[int, tuple[float, list[str]]] = {}  # bot id -> (when, characters some worker serves)
+
+
+async def served_characters(bot: AnimeGamerBot) -> list[str]:
+    """The characters some worker has loaded, asked of the workers at most once a minute.
+
+    Published checkpoints are one pair per character, each with its own queue; random-weight
+    models (and brokers that cannot be asked) serve every configured character.
+    """
+    settings = bot.settings
+    if settings.model != RELEASE_MODEL:
+        return settings.characters
+    when, names = _served.get(id(bot), (0.0, []))
+    if time.monotonic() - when > SERVED_CACHE_SECONDS:
+        try:
+            queues = await bot.queue.active_queues()
+        except QueueUnavailable:
+            queues = None
+        names = (
+            settings.characters
+            if queues is None
+            else [name for name in settings.characters if queue_for(settings, name) in queues]
+        )
+        _served[id(bot)] = (time.monotonic(), names)
+    return names
+
+
+async def character_choices(bot: AnimeGamerBot, current: str) -> list[app_commands.Choice[str]]:
     """Autocomplete suggests; the command still validates whatever is typed."""
     wanted = current.casefold()
-    names = [name for name in bot.settings.characters if wanted in name.casefold()]
+    names = [name for name in await served_characters(bot) if wanted in name.casefold()]
     return [app_commands.Choice(name=name, value=name) for name in names[:25]]
 
 
