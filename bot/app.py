@@ -16,7 +16,7 @@ from discord.ext import commands
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from animegamer.settings import Settings
-from bot.cogs.play.views import ContinueButton, DetailsButton, RerollButton
+from bot.cogs.play.views import TurnButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.queue import TurnQueue
@@ -64,7 +64,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)
-        self.add_dynamic_items(RerollButton, ContinueButton, DetailsButton)
+        self.add_dynamic_items(TurnButton)
         await sync_if_changed(self)
         self.delivery.start()
 

@@ -1,7 +1,7 @@
 """The buttons under every posted turn, and the play cog's modal and confirm view.
 
-The three result buttons are ``DynamicItem``s: the job id lives in the custom id
-(``ag:turn:<job>:<action>``), so they work on any message after any restart without a view
+The three result buttons are one ``DynamicItem``: the job id and the action live in the custom
+id (``ag:turn:<job>:<action>``), so they work on any message after any restart without a view
 being kept in memory. Each re-reads the job from the database and checks it belongs to this
 server (and, for Reroll and Continue, to this player) before doing anything.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -46,91 +47,66 @@ async def _story_of(bot: AnimeGamerBot, turn: Turn) -> Story | None:
         return await session.get(Story, turn.story_id)
 
 
-class RerollButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):reroll"):
+async def reroll(interaction: discord.Interaction, job_id: int) -> None:
     """Same instruction, new seed: a new turn."""
-
-    def __init__(self, job_id: int) -> None:
-        super().__init__(
-            discord.ui.Button(
-                label="Reroll", emoji="🎲", style=discord.ButtonStyle.secondary, custom_id=f"ag:turn:{job_id}:reroll"
-            )
-        )
-        self.job_id = job_id
-
-    @classmethod
-    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> RerollButton:
-        return cls(int(match["job"]))
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        bot: AnimeGamerBot = interaction.client
-        try:
-            _, turn = await _job_for(interaction, self.job_id, owner_only=True)
-            await submit_turn(
-                bot,
-                interaction,
-                TurnInput(instruction=turn.instruction),
-                story=await _story_of(bot, turn),
-                kind=JobKind.REROLL,
-            )
-        except Exception as exc:
-            await refuse_or_raise(interaction, exc)
+    bot: AnimeGamerBot = interaction.client
+    _, turn = await _job_for(interaction, job_id, owner_only=True)
+    typed = TurnInput(instruction=turn.instruction)
+    await submit_turn(bot, interaction, typed, story=await _story_of(bot, turn), kind=JobKind.REROLL)
 
 
-class ContinueButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):continue"):
+async def continue_(interaction: discord.Interaction, job_id: int) -> None:
     """A modal prefilled with this turn's instruction, to write the next one."""
-
-    def __init__(self, job_id: int) -> None:
-        super().__init__(
-            discord.ui.Button(
-                label="Continue", emoji="▶️", style=discord.ButtonStyle.primary, custom_id=f"ag:turn:{job_id}:continue"
-            )
-        )
-        self.job_id = job_id
-
-    @classmethod
-    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> ContinueButton:
-        return cls(int(match["job"]))
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        try:
-            _, turn = await _job_for(interaction, self.job_id, owner_only=True)
-            await interaction.response.send_modal(ContinueModal(self.job_id, turn.instruction))
-        except Exception as exc:
-            await refuse_or_raise(interaction, exc)
+    _, turn = await _job_for(interaction, job_id, owner_only=True)
+    await interaction.response.send_modal(ContinueModal(job_id, turn.instruction))
 
 
-class DetailsButton(discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):details"):
+async def details(interaction: discord.Interaction, job_id: int) -> None:
     """Seed, model and timings, for the curious; only the one who asks sees them."""
+    job, turn = await _job_for(interaction, job_id, owner_only=False)
+    timings = json.loads(turn.timings or "{}")
+    lines = [f"Job {job.id}, seed {turn.seed}, model {turn.model}, flow {turn.flow}"]
+    lines += [f"{stage}: {seconds:.2f} s" for stage, seconds in timings.items()]
+    if job.started_at and job.finished_at:
+        lines.append(f"from start to done: {(job.finished_at - job.started_at).total_seconds():.1f} s")
+    await interaction.response.send_message("\n".join(lines), ephemeral=True)
 
-    def __init__(self, job_id: int) -> None:
+
+# action -> (label, emoji, style, handler), in the order the buttons appear
+ACTIONS: dict[str, tuple[str, str, discord.ButtonStyle, Callable[[discord.Interaction, int], Awaitable[None]]]] = {
+    "reroll": ("Reroll", "🎲", discord.ButtonStyle.secondary, reroll),
+    "continue": ("Continue", "▶️", discord.ButtonStyle.primary, continue_),
+    "details": ("Details", "🔎", discord.ButtonStyle.secondary, details),
+}
+
+
+class TurnButton(
+    discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):(?P<action>reroll|continue|details)"
+):
+    """One of the buttons under a posted turn; everything it needs is in its custom id."""
+
+    def __init__(self, job_id: int, action: str) -> None:
+        label, emoji, style, _ = ACTIONS[action]
         super().__init__(
-            discord.ui.Button(
-                label="Details", emoji="🔎", style=discord.ButtonStyle.secondary, custom_id=f"ag:turn:{job_id}:details"
-            )
+            discord.ui.Button(label=label, emoji=emoji, style=style, custom_id=f"ag:turn:{job_id}:{action}")
         )
-        self.job_id = job_id
+        self.job_id, self.action = job_id, action
 
     @classmethod
-    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> DetailsButton:
-        return cls(int(match["job"]))
+    async def from_custom_id(cls, interaction: discord.Interaction, item: Any, match: re.Match[str]) -> TurnButton:
+        return cls(int(match["job"]), match["action"])
 
     async def callback(self, interaction: discord.Interaction) -> None:
         try:
-            job, turn = await _job_for(interaction, self.job_id, owner_only=False)
-            timings = json.loads(turn.timings or "{}")
-            lines = [f"Job {job.id}, seed {turn.seed}, model {turn.model}, flow {turn.flow}"]
-            lines += [f"{stage}: {seconds:.2f} s" for stage, seconds in timings.items()]
-            if job.started_at and job.finished_at:
-                lines.append(f"from start to done: {(job.finished_at - job.started_at).total_seconds():.1f} s")
-            await interaction.response.send_message("\n".join(lines), ephemeral=True)
+            await ACTIONS[self.action][3](interaction, self.job_id)
         except Exception as exc:
             await refuse_or_raise(interaction, exc)
 
 
 def result_view(job_id: int) -> discord.ui.View:
     view = discord.ui.View(timeout=None)
-    for button in (RerollButton, ContinueButton, DetailsButton):
-        view.add_item(button(job_id))
+    for action in ACTIONS:
+        view.add_item(TurnButton(job_id, action))
     return view
 
 
