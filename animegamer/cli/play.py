@@ -102,5 +102,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             page = render_story(rows, title="AnimeGamer", model=settings.model, label=result.label, status="")
             write_atomically(out / "story.html", page.encode())
             tag = f"  [{result.label}]" if result.label else ""
-            print(f"{out / clip}  {describe(state)}  (motion level {result.deltas.motion}){tag}")
+            tqdm.write(f"{out / clip}  {describe(state)}  (motion level {result.deltas.motion}){tag}")
     return 0
