@@ -1,0 +1,160 @@
+"""The toy world: its written state rules, its instructions, and what its renderer draws."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from game.instruction import ADVERBS as GRAMMAR_ADVERBS
+from game.instruction import parse
+from game.state import DELTA_MAX, DELTA_MIN
+from training.toyworld import (
+    ACTIONS,
+    ADVERBS,
+    ADVERBS_BY_NAME,
+    CHARACTERS,
+    CHARACTERS_BY_NAME,
+    CLIP,
+    PLACES,
+    PLACES_BY_NAME,
+    TIMES_BY_NAME,
+    TIMES_OF_DAY,
+    Turn,
+    World,
+    allowed_actions,
+    figure_mask,
+    plan_episode,
+    render_background,
+    render_clip,
+    state_deltas,
+)
+
+QIQI = CHARACTERS_BY_NAME["Qiqi"]
+EVERY_CONTEXT = list(itertools.product(ADVERBS, PLACES, TIMES_OF_DAY))
+
+
+def deltas_everywhere(action: str) -> list:
+    return [state_deltas(action, adverb.name, place.name, time.name) for adverb, place, time in EVERY_CONTEXT]
+
+
+def clip_of(action: str, adverb: str = "smoothly", place: str = "countryside", time: str = "day", x: float = 30.0):
+    turn = Turn("Qiqi", action, adverb, place, time, start_x=x, facing=1)
+    return render_clip(turn, World(QIQI, layout_seed=7), np.random.default_rng(0))
+
+
+def centroid(frame: np.ndarray) -> np.ndarray:
+    """(row, column) of Qiqi's body colour in one frame."""
+    rows, cols = np.nonzero(figure_mask(frame, QIQI))
+    assert rows.size, "Qiqi's body is not in the frame"
+    return np.array([rows.mean(), cols.mean()])
+
+
+def test_running_costs_stamina():
+    assert all(d.stamina < 0 for d in deltas_everywhere("run"))
+
+
+def test_lying_down_restores_stamina():
+    assert all(d.stamina > 0 for d in deltas_everywhere("lie down"))
+
+
+def test_waving_to_someone_raises_social():
+    assert all(d.social > 0 for d in deltas_everywhere("wave to a friend"))
+
+
+@pytest.mark.parametrize("action", ["jump", "fly on broomstick", "dance"])
+def test_play_raises_entertainment(action):
+    assert all(d.entertainment > 0 for d in deltas_everywhere(action))
+
+
+def test_every_delta_is_within_minus_five_to_five():
+    for action in ACTIONS:
+        for d in deltas_everywhere(action.name):
+            values = (d.motion, d.social, d.entertainment, d.stamina)
+            assert all(DELTA_MIN <= v <= DELTA_MAX for v in values), (action.name, d)
+
+
+def test_quicker_adverbs_have_higher_motion_levels():
+    levels = [state_deltas("walk", adverb.name, "town", "day").motion for adverb in ADVERBS]
+    assert levels == [1, 2, 3, 4, 5]
+    assert ADVERBS_BY_NAME["quickly"].level > ADVERBS_BY_NAME["smoothly"].level > ADVERBS_BY_NAME["gently"].level
+    assert {adverb.name for adverb in ADVERBS} <= GRAMMAR_ADVERBS
+
+
+def test_every_instruction_is_in_the_animegamer_form():
+    assert str(Turn("Qiqi", "fly on broomstick", "quickly", "sky", "day").instruction) == (
+        "Character: Qiqi; Motion: quickly fly on broomstick; Background: day sky."
+    )
+    for character, place, time in itertools.product(CHARACTERS, PLACES, TIMES_OF_DAY):
+        for action in allowed_actions(character, place):
+            for phrase in action.phrases:
+                instruction = Turn(character.name, action.name, "gently", place.name, time.name, phrase).instruction
+                assert parse(str(instruction)) == instruction
+                assert "{" not in str(instruction)
+
+
+def test_rendering_is_deterministic_for_a_seed_and_has_the_clip_size():
+    turn = Turn("Sosuke", "walk", "gently", "town", "evening")
+    world = World(CHARACTERS_BY_NAME["Sosuke"], layout_seed=3)
+    first = render_clip(turn, world, np.random.default_rng(11))
+    assert first.shape == (CLIP.frames, CLIP.height, CLIP.width, 3) == (17, 64, 96, 3)
+    assert first.dtype == np.uint8
+    assert np.array_equal(first, render_clip(turn, world, np.random.default_rng(11)))
+
+
+def test_night_is_darker_than_day_in_every_place():
+    for place in PLACES:
+        day = np.asarray(render_background(place, TIMES_BY_NAME["day"], 5)).mean()
+        night = np.asarray(render_background(place, TIMES_BY_NAME["night"], 5)).mean()
+        assert night < 0.6 * day, place.name
+
+
+def test_no_scenery_has_a_characters_body_colour():
+    """The figure is found by its exact colour, so no place at any time may contain it."""
+    for place, time, seed in itertools.product(PLACES, TIMES_OF_DAY, range(3)):
+        scene = np.asarray(render_background(place, time, seed))
+        for character in CHARACTERS:
+            assert not figure_mask(scene, character).any(), (place.name, time.name, character.name)
+
+
+def test_flying_goes_up_and_across():
+    clip = clip_of("fly on broomstick", place="sky")
+    (row0, col0), (row1, col1) = centroid(clip[0]), centroid(clip[-1])
+    assert row1 < row0 - 10  # up
+    assert col1 > col0 + 10  # across, the way Qiqi faces
+
+
+def test_lying_down_ends_lower_and_wider():
+    clip = clip_of("lie down", place="grass")
+    first, last = figure_mask(clip[0], QIQI), figure_mask(clip[-1], QIQI)
+    assert centroid(clip[-1])[0] > centroid(clip[0])[0] + 3
+
+    def extent(mask: np.ndarray, axis: int) -> int:
+        return int(np.ptp(np.nonzero(mask)[axis]))
+
+    assert extent(last, 1) > extent(first, 1)  # wider
+    assert extent(last, 0) < extent(first, 0)  # and flatter
+
+
+@pytest.mark.parametrize("action", ["walk", "run", "fly on broomstick", "jump"])
+def test_quickly_moves_more_than_gently(action):
+    def travel(adverb: str) -> float:
+        clip = clip_of(action, adverb=adverb, x=20.0)
+        return float(sum(np.linalg.norm(centroid(b) - centroid(a)) for a, b in itertools.pairwise(clip)))
+
+    assert travel("quickly") > 1.5 * travel("gently")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_character_keeps_its_colours_and_world_across_an_episode(seed):
+    world, turns = plan_episode(np.random.default_rng(seed), 5)
+    others = [c for c in CHARACTERS if c is not world.character]
+    for index, turn in enumerate(turns):
+        clip = render_clip(turn, world, np.random.default_rng(index))
+        assert turn.character == world.character.name
+        assert figure_mask(clip, world.character).any(axis=(1, 2)).all(), f"turn {index + 1} loses the figure"
+        assert not any(figure_mask(clip, other).any() for other in others)
+    for earlier, later in itertools.pairwise(turns):
+        assert TIMES_BY_NAME[later.time].order >= TIMES_BY_NAME[earlier.time].order
+        assert later.place in (earlier.place, *PLACES_BY_NAME[earlier.place].neighbours)
