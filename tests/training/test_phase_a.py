@@ -1,0 +1,109 @@
+"""Phase (a) smoke test: the loss falls, a resumed run equals an uninterrupted one, bad input is refused by name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.config import ToyModelConfig, TrainConfig
+from training.dataset import DatasetError, write_toyworld
+from training.encoder import ClipEncoder, instruction_bytes
+from training.loop import PROGRESS, STATE, CheckpointMismatchError, StepBatchSampler, mean
+from training.phase_a import OUTPUTS, train_phase_a
+
+STEPS = 30
+CONFIG = TrainConfig(
+    steps=STEPS, batch_size=2, learning_rate=2e-3, eval_every=10, checkpoint_every=10, held_out_every=2, seed=0
+)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("phase-a") / "toyworld"
+    write_toyworld(folder, clips=8, seed=0)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, float]]:
+    out = tmp_path_factory.mktemp("phase-a") / "ckpt"
+    result = train_phase_a(data, out, CONFIG)
+    return out, result.losses
+
+
+def test_encoder_shapes() -> None:
+    config = ToyModelConfig()
+    encoder = ClipEncoder(config)
+    clip = torch.rand(2, 17, 3, 64, 96) * 2 - 1
+    ids = instruction_bytes(["Kiki flies", ""], config.max_instruction_bytes)
+    assert encoder(clip, ids).shape == (2, 226, config.pipeline.decoder.hidden_size)
+
+
+def test_data_order_depends_only_on_seed_and_step() -> None:
+    whole = list(StepBatchSampler(5, 2, seed=3, start=0, stop=9))
+    assert list(StepBatchSampler(5, 2, seed=3, start=4, stop=9)) == whole[4:]
+    # the first 5 steps are two epochs of 5 samples: every clip twice
+    assert sorted(i for batch in whole[:5] for i in batch) == sorted([*range(5), *range(5)])
+
+
+def test_loss_falls_and_outputs_are_saved(uninterrupted: tuple[Path, dict[int, float]]) -> None:
+    out, losses = uninterrupted
+    values = [losses[step] for step in sorted(losses)]
+    assert len(values) == STEPS
+    assert mean(values[-5:]) < mean(values[:5])
+    for name in OUTPUTS:
+        assert (out / name).is_file()
+    assert json.loads((out / STATE / PROGRESS).read_text())["step"] == STEPS
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(
+    data: Path, tmp_path: Path, uninterrupted: tuple[Path, dict[int, float]]
+) -> None:
+    _, expected = uninterrupted
+
+    def crash(step: int, loss: float) -> None:
+        if step == 20:  # just after the step-20 checkpoint
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_phase_a(data, tmp_path, CONFIG, on_step=crash)
+    assert json.loads((tmp_path / STATE / PROGRESS).read_text())["step"] == 20
+    resumed = train_phase_a(data, tmp_path, CONFIG)
+    assert sorted(resumed.losses) == list(range(21, STEPS + 1))
+    assert resumed.losses[STEPS] == pytest.approx(expected[STEPS], abs=1e-5)
+
+
+def test_checkpoint_from_another_config_is_refused(data: Path, tmp_path: Path) -> None:
+    train_phase_a(data, tmp_path, replace(CONFIG, steps=1))
+    base = ToyModelConfig()
+    other = replace(base, pipeline=replace(base.pipeline, decoder=replace(base.pipeline.decoder, num_layers=1)))
+    with pytest.raises(CheckpointMismatchError, match=r"decoder\.num_layers: checkpoint 2, current 1"):
+        train_phase_a(data, tmp_path, replace(CONFIG, steps=2), other)
+
+
+def test_empty_data_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="is empty"):
+        train_phase_a(tmp_path / "empty", tmp_path / "out", CONFIG)
+
+
+def test_half_written_data_folder_is_refused(data: Path, tmp_path: Path) -> None:
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "episode_00000.npz").write_bytes((data / "episode_00000.npz").read_bytes())
+    with pytest.raises(DatasetError, match="half-written"):
+        train_phase_a(half, tmp_path / "out", CONFIG)
+
+
+def test_cli_trains_and_refuses_an_empty_folder(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from animegamer.cli import main
+
+    assert main(["train", "phase-a", "--data", str(data), "--out", str(tmp_path / "ck"), "--steps", "2"]) == 0
+    assert "Phase a at step 2" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "phase-a", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 1
+    assert "is empty" in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""Training sizes and schedule, as plain dataclasses.
+
+``ToyModelConfig`` is what a checkpoint must agree with: its ``sizes()`` are written next to every saved state and
+compared on resume, so a checkpoint from another config is refused by name instead of failing deep in
+``load_state_dict``. ``TrainConfig`` is the schedule; it may change between runs (more steps, another eval interval).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from worker.pipeline.config import PipelineConfig, tiny
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200  # optimiser steps in all, counted across resumes
+    batch_size: int = 2  # clips per step and process
+    learning_rate: float = 1e-3  # AdamW, constant: nothing to restore but the optimiser state
+    weight_decay: float = 0.0
+    eval_every: int = 50  # steps between held-out evaluations (0: never)
+    checkpoint_every: int = 50  # steps between saved states (0: only at the end)
+    held_out_every: int = 10  # every N-th episode is held out (training.dataset.split)
+    seed: int = 0  # model init, data order and diffusion noise all derive from it
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"steps and batch_size must be positive, got {self.steps} and {self.batch_size}")
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("eval_every and checkpoint_every must be >= 0 (0 turns them off)")
+
+
+@dataclass(frozen=True)
+class ToyModelConfig:
+    """The trained sizes: the tiny pipeline's decoder and VAE plus the phase-(a) clip encoder.
+
+    Fixed, not trained: the VAE. Phase (a) uses the tiny CogVideoX VAE randomly initialised from ``vae_seed`` and
+    frozen (its encoder's posterior mean as the latent), and saves it beside the decoder so inference decodes with
+    the very VAE the decoder learned on. Training the VAE as an autoencoder is left for later.
+    """
+
+    pipeline: PipelineConfig = field(default_factory=tiny)  # decoder, VAE and clip sizes (17 x 64 x 96)
+    encoder_channels: int = 16  # width of the first 3D conv of the clip encoder
+    max_instruction_bytes: int = 128  # longer instructions are cut, with a warning
+    vae_seed: int = 0  # the fixed VAE's init seed
+
+    def sizes(self) -> dict[str, object]:
+        """Every size a checkpoint depends on, flat and JSON-normalised (tuples become lists)."""
+        p = self.pipeline
+        flat: dict[str, object] = {f"decoder.{k}": v for k, v in asdict(p.decoder).items()}
+        flat |= {f"vae.{k}": v for k, v in asdict(p.vae).items()}
+        flat |= {"clip.frames": p.num_frames, "clip.height": p.height, "clip.width": p.width}
+        flat |= {
+            "encoder.channels": self.encoder_channels,
+            "encoder.max_instruction_bytes": self.max_instruction_bytes,
+            "vae_seed": self.vae_seed,
+        }
+        return json.loads(json.dumps(flat))
