@@ -23,10 +23,19 @@ class TrainConfig:
     checkpoint_every: int = 50  # steps between saved states (0: only at the end)
     held_out_every: int = 10  # every N-th episode is held out (training.dataset.split)
     seed: int = 0  # model init, data order and diffusion noise all derive from it
+    # Phase (a)'s first stage: the VAE trained as an autoencoder on the training clips (see training.phase_a)
+    vae_steps: int = 300  # VAE optimiser steps in all, counted across resumes (0: keep the random init)
+    vae_learning_rate: float = 1e-3  # AdamW, constant
+    vae_kl_weight: float = 1e-4  # weight of the posterior's mean per-element KL against the pixel MSE
+    vae_frames: int = 9  # frames per training crop, 1 + a multiple of 8, the VAE's frame batch (0: whole clip)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"steps and batch_size must be positive, got {self.steps} and {self.batch_size}")
+        if self.vae_steps < 0 or self.vae_frames < 0 or self.vae_kl_weight < 0:
+            raise ValueError("vae_steps, vae_frames and vae_kl_weight must be >= 0")
+        if self.vae_frames and (self.vae_frames - 1) % 8:
+            raise ValueError(f"vae_frames must be 0 or 1 + a multiple of 8, got {self.vae_frames}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0 turns them off)")
 
@@ -35,15 +44,15 @@ class TrainConfig:
 class ToyModelConfig:
     """The trained sizes: the tiny pipeline's decoder and VAE plus the phase-(a) clip encoder.
 
-    Fixed, not trained: the VAE. Phase (a) uses the tiny CogVideoX VAE randomly initialised from ``vae_seed`` and
-    frozen (its encoder's posterior mean as the latent), and saves it beside the decoder so inference decodes with
-    the very VAE the decoder learned on. Training the VAE as an autoencoder is left for later.
+    The VAE is the tiny CogVideoX VAE initialised from ``vae_seed``; phase (a) first trains it as an autoencoder on
+    the training clips (``TrainConfig.vae_steps``), then freezes it (its encoder's posterior mean is the latent)
+    and saves it beside the decoder, so inference decodes with the very VAE the decoder learned on.
     """
 
     pipeline: PipelineConfig = field(default_factory=tiny)  # decoder, VAE and clip sizes (17 x 64 x 96)
     encoder_channels: int = 16  # width of the first 3D conv of the clip encoder
     max_instruction_bytes: int = 128  # longer instructions are cut, with a warning
-    vae_seed: int = 0  # the fixed VAE's init seed
+    vae_seed: int = 0  # the VAE's init seed, before its training
 
     def sizes(self) -> dict[str, object]:
         """Every size a checkpoint depends on, flat and JSON-normalised (tuples become lists)."""

@@ -5,15 +5,25 @@ predict the clip's VAE latents back from it, with the clip's motion scope (``flo
 input. Both train together under one v-prediction loss on the release's noise schedule, so the decoder learns the
 same task it does at inference, where the MLLM supplies the representation instead.
 
-The VAE is a documented fixed choice (see ``ToyModelConfig``): the tiny CogVideoX VAE randomly initialised from
-``vae_seed`` and frozen. Its latents are computed once per clip before training, since they never change.
+Two stages, both on the shared loop (checkpoints, resume, seeds):
+
+1. The VAE: the tiny CogVideoX VAE, initialised from ``vae_seed``, trains as an autoencoder on the training clips for
+   ``TrainConfig.vae_steps`` (pixel MSE in [-1, 1] on random ``vae_frames``-long crops, plus a small KL term on the
+   posterior), with its state under ``out/vae/state``. A random decoder does not invert its encoder, so without this
+   decoded pixels could never show what the decoder learned.
+2. Encoder + decoder: the VAE is then frozen and each clip's latents computed once, since they never change; the
+   stage's state is ``out/state``, and its sizes record the VAE's trained steps.
+
+The VAE stage always finishes before the first checkpoint of the second stage, so a rerun after a stop either
+continues the VAE's training or loads its finished state (training nothing) and resumes the second stage on the
+very same latents.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +45,11 @@ from worker.pipeline.vae import build_vae
 logger = logging.getLogger(__name__)
 
 OUTPUTS = ("encoder.pt", "decoder.pt", "vae.pt", "phase_a.json")
+VAE_STAGE = "vae"  # the VAE stage's folder under ``out``
 
 
-def build_fixed_vae(config: ToyModelConfig) -> nn.Module:
-    """The frozen VAE phase (a) encodes with: random init from ``vae_seed``, no gradients."""
+def build_initial_vae(config: ToyModelConfig) -> nn.Module:
+    """The VAE before its training: random init from ``vae_seed``, in eval mode, no gradients."""
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(config.vae_seed)
     vae = build_vae(config.pipeline.vae).eval().requires_grad_(False)
@@ -55,17 +66,80 @@ def frames_to_tensor(frames: np.ndarray) -> torch.Tensor:
 @torch.no_grad()
 def encode_latents(vae: nn.Module, clips: torch.Tensor, scaling_factor: float, batch: int = 4) -> torch.Tensor:
     """Clips `(N, T, 3, H, W)` -> scaled posterior-mean latents `(N, F, C, h, w)`, the decoder's layout."""
+    weight = next(vae.parameters())
     out = []
     for chunk in clips.split(batch):
-        z = vae.encode(chunk.permute(0, 2, 1, 3, 4)).latent_dist.mean  # (n, C, F, h, w)
-        out.append(z.permute(0, 2, 1, 3, 4) * scaling_factor)  # (n, F, C, h, w)
+        x = chunk.to(device=weight.device, dtype=weight.dtype).permute(0, 2, 1, 3, 4)
+        z = vae.encode(x).latent_dist.mean  # (n, C, F, h, w)
+        out.append((z.permute(0, 2, 1, 3, 4) * scaling_factor).float().cpu())  # (n, F, C, h, w)
     return torch.cat(out)
 
 
-class ClipSet(Dataset):
-    """Every clip of some episodes: frames, instruction, motion scope and the fixed VAE's latents."""
+class FrameSet(Dataset):
+    """The frames `(T, 3, H, W)` of clips, for the VAE stage."""
 
-    def __init__(self, episodes: tuple[Episode, ...], vae: nn.Module, scaling_factor: float) -> None:
+    def __init__(self, frames: torch.Tensor) -> None:
+        self.frames = frames
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.frames[i]
+
+
+def collate_frames(items: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {"frames": torch.stack(items)}  # (B, T, 3, H, W)
+
+
+class VAEModel(nn.Module):
+    """The VAE as an autoencoder; ``forward(batch, generator)`` is pixel MSE plus ``kl_weight`` times the KL."""
+
+    def __init__(self, vae: nn.Module, kl_weight: float, frames: int) -> None:
+        super().__init__()
+        self.vae, self.kl_weight, self.frames = vae, kl_weight, frames
+
+    def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
+        x = batch["frames"]  # (B, T, 3, H, W) in [-1, 1]
+        T = x.shape[1]
+        if 0 < self.frames < T:  # one random crop per step; the causal VAE is convolutional in time
+            start = int(torch.randint(0, T - self.frames + 1, (1,), generator=generator, device=generator.device))
+            x = x[:, start : start + self.frames]
+        x = x.permute(0, 2, 1, 3, 4)  # (B, 3, T, H, W), the VAE's layout
+        posterior = self.vae.encode(x).latent_dist
+        recon = self.vae.decode(posterior.sample(generator=generator)).sample
+        kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
+        return F.mse_loss(recon.float(), x.float()) + self.kl_weight * kl.float()
+
+
+def train_vae(
+    train_frames: torch.Tensor,
+    eval_frames: torch.Tensor,
+    config: TrainConfig,
+    model_config: ToyModelConfig,
+    out: Path,
+) -> tuple[nn.Module, TrainResult]:
+    """Stage 1: train the VAE on clips `(N, T, 3, H, W)` to ``config.vae_steps``, resuming from ``out/state``.
+
+    Returns the trained VAE, frozen, and the stage's result (``step`` 0 when ``vae_steps`` is 0: the random init).
+    """
+    vae = build_initial_vae(model_config)
+    if config.vae_steps == 0:
+        return vae, TrainResult(step=0)
+    stage = replace(config, steps=config.vae_steps, learning_rate=config.vae_learning_rate)
+    sizes = {k: v for k, v in model_config.sizes().items() if k.startswith(("vae", "clip."))}
+    model = VAEModel(vae.train().requires_grad_(True), config.vae_kl_weight, config.vae_frames)
+    eval_set = FrameSet(eval_frames) if len(eval_frames) else None
+    result, model, _ = train(
+        model, FrameSet(train_frames), eval_set, collate_frames, stage, out, sizes, description="phase a vae"
+    )
+    return model.vae.eval().requires_grad_(False), result
+
+
+class ClipSet(Dataset):
+    """Every clip of some episodes: frames, instruction, motion scope and, once ``encode`` ran, the VAE's latents."""
+
+    def __init__(self, episodes: tuple[Episode, ...]) -> None:
         frames, self.instructions, self.flows = [], [], []
         for episode in episodes:
             clips = frames_to_tensor(episode.frames())  # (turns, T, 3, H, W)
@@ -74,7 +148,12 @@ class ClipSet(Dataset):
                 self.instructions.append(clip.instruction)
                 self.flows.append(flow_for(clip.motion))
         self.frames = torch.stack(frames) if frames else torch.empty(0)  # (N, T, 3, H, W)
-        self.latents = encode_latents(vae, self.frames, scaling_factor) if frames else torch.empty(0)
+        self.latents = torch.empty(0)
+
+    def encode(self, vae: nn.Module, scaling_factor: float) -> None:
+        """Compute every clip's latents with the (frozen) ``vae``."""
+        if len(self.frames):
+            self.latents = encode_latents(vae, self.frames, scaling_factor)
 
     def __len__(self) -> int:
         return len(self.instructions)
@@ -122,49 +201,67 @@ class PhaseAModel(nn.Module):
         return F.mse_loss(v.float(), target.float())
 
 
+@dataclass
+class PhaseAResult(TrainResult):
+    vae_losses: dict[int, float] = field(default_factory=dict)  # the VAE stage's step -> loss, this run only
+    vae_step: int = 0  # the VAE stage's last finished step
+
+
 def train_phase_a(
     data: Path,
     out: Path,
     config: TrainConfig | None = None,
     model_config: ToyModelConfig | None = None,
     on_step: OnStep | None = None,
-) -> TrainResult:
-    """Train phase (a) on the toy-world folder ``data``; state and the trained modules go to ``out``."""
+) -> PhaseAResult:
+    """Train phase (a) on the toy-world folder ``data``: the VAE (``out/vae``), then encoder + decoder (``out``)."""
     config = config or TrainConfig()
     model_config = model_config or ToyModelConfig()
     out = Path(out)
 
-    # 1. Data: verified folder, fixed held-out split, latents from the fixed VAE
+    # 1. Data: verified folder, fixed held-out split
     world = load_toyworld(Path(data))  # raises DatasetError for an empty or half-written folder
     training, held_out = split(world, config.held_out_every)
     if not training:
         raise DatasetError(f"{data} has no training episodes after holding out every {config.held_out_every}th.")
-    vae = build_fixed_vae(model_config)
-    scaling = model_config.pipeline.vae.scaling_factor
-    train_set, eval_set = ClipSet(training, vae, scaling), ClipSet(held_out, vae, scaling)
+    train_set, eval_set = ClipSet(training), ClipSet(held_out)
     logger.info("phase a: %d training clips, %d held out", len(train_set), len(eval_set))
 
-    # 2. Model from the seed, then the shared loop
+    # 2. Stage 1: the VAE as an autoencoder, then frozen; latents once per clip
+    vae, vae_result = train_vae(train_set.frames, eval_set.frames, config, model_config, out / VAE_STAGE)
+    scaling = model_config.pipeline.vae.scaling_factor
+    train_set.encode(vae, scaling)
+    eval_set.encode(vae, scaling)
+    sizes = model_config.sizes() | {"vae.trained_steps": vae_result.step}  # other latents: refuse the old state
+
+    # 3. Stage 2: model from the seed, then the shared loop
     torch.manual_seed(config.seed)
     model = PhaseAModel(model_config)
-    result, model, accelerator = train(
+    dit_result, model, accelerator = train(
         model,
         train_set,
         eval_set,
         Collate(model_config.max_instruction_bytes),
         config,
         out,
-        model_config.sizes(),
+        sizes,
         on_step=on_step,
         description="phase a",
     )
+    result = PhaseAResult(
+        step=dit_result.step,
+        losses=dit_result.losses,
+        eval_losses=dit_result.eval_losses,
+        vae_losses=vae_result.losses,
+        vae_step=vae_result.step,
+    )
 
-    # 3. The trained modules, for phase (b) and inference
+    # 4. The trained modules, for phase (b) and inference
     if accelerator.is_main_process:
         torch.save(model.encoder.state_dict(), out / "encoder.pt")
         torch.save(model.decoder.state_dict(), out / "decoder.pt")
         torch.save(vae.state_dict(), out / "vae.pt")
-        meta = {"phase": "a", "step": result.step, "sizes": model_config.sizes()}
+        meta = {"phase": "a", "step": result.step, "vae_step": result.vae_step, "sizes": sizes}
         (out / "phase_a.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     accelerator.wait_for_everyone()
     return result

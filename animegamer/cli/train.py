@@ -39,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
     parser.add_argument("--eval-every", type=_non_negative, default=None, help="steps between evaluations (0: off)")
     parser.add_argument("--checkpoint-every", type=_non_negative, default=None, help="steps between saved states")
+    parser.add_argument("--vae-steps", type=_non_negative, default=None, help="VAE autoencoder steps (0: random)")
+    parser.add_argument("--vae-lr", type=float, default=None, help="the VAE's AdamW learning rate")
     parser.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
     parser.set_defaults(run=run)
 
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         "eval_every": args.eval_every,
         "checkpoint_every": args.checkpoint_every,
         "seed": args.seed,
+        "vae_steps": args.vae_steps,
+        "vae_learning_rate": args.vae_lr,
     }
     config = replace(TrainConfig(), **{k: v for k, v in overrides.items() if v is not None})
     try:
