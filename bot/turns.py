@@ -20,7 +20,7 @@ import discord
 from bot.errors import Refusal, answer_privately
 from bot.queue import QueueUnavailable
 from db import moderation
-from db.models import Character, JobKind, Story, TurnOrder
+from db.models import Character, GuildSettings, JobKind, Story, TurnOrder
 from db.queries import (
     active_character,
     average_turn_seconds,
@@ -72,8 +72,9 @@ def read_instruction(typed: TurnInput, playing: str) -> Instruction:
         raise Refusal(str(exc)) from exc
 
 
-async def check_may_play(session: AsyncSession, guild_id: int, channel_id: int, user_id: int) -> None:
-    """Who, where and whether: the refusals that need no instruction."""
+async def check_may_play(session: AsyncSession, guild_id: int, channel_id: int, user_id: int) -> GuildSettings:
+    """Who, where and whether: the refusals that need no instruction. Returns the guild's settings,
+    read once here for every later check of the same turn."""
     ban = await moderation.find_ban(session, guild_id, user_id)
     if ban is not None:
         raise Refusal("You are banned from the game on this server" + (f": {ban.reason}." if ban.reason else "."))
@@ -83,6 +84,7 @@ async def check_may_play(session: AsyncSession, guild_id: int, channel_id: int, 
     settings = await get_guild_settings(session, guild_id)
     if settings.paused:
         raise Refusal("Generation is paused on this server; an admin can /admin resume it.")
+    return settings
 
 
 async def submit_turn(
@@ -98,16 +100,15 @@ async def submit_turn(
         raise Refusal("The game is played in a server channel.")
 
     async with bot.sessions() as session, session.begin():
-        await check_may_play(session, guild_id, channel_id, user_id)
+        settings = await check_may_play(session, guild_id, channel_id, user_id)
         character = await active_character(session, guild_id, user_id)
         if character is None:
             raise Refusal("Pick your character first with /start.")
         instruction = read_instruction(typed, character.name)
         await check_instruction(session, guild_id, instruction, character)
-        await check_capacity(session, guild_id, user_id, character)
+        await check_capacity(session, settings, user_id, character)
         if story is not None:
             await check_story_turn(session, story, character)
-        settings = await get_guild_settings(session, guild_id)
         history = await build_history(session, story or character, settings.history_window)
         turn, job = await create_turn(
             session,
@@ -152,11 +153,11 @@ async def check_instruction(
         raise Refusal("That instruction uses a term this server blocks; please rephrase it.")
 
 
-async def check_capacity(session: AsyncSession, guild_id: int, user_id: int, character: Character) -> None:
+async def check_capacity(session: AsyncSession, settings: GuildSettings, user_id: int, character: Character) -> None:
     await moderation.hold_character(session, character.id)
     if await has_turn_in_flight(session, character):
         raise Refusal("Your last turn is still being made; wait for it, or /cancel it.")
-    settings = await get_guild_settings(session, guild_id)
+    guild_id = settings.guild_id
     if settings.turns_per_hour == 0 or settings.max_queued_turns == 0:
         # A limit of 0 never resets on its own, so "try later" would be wrong.
         raise Refusal("Play is switched off on this server for now; an admin can change that with /admin quota.")
