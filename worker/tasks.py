@@ -83,7 +83,8 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
             last_report = now
             self.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
 
-    report("loading", 0, 1)
+    if self._pipelines is None:
+        report("loading", 0, 1)  # only the first turn of a worker that was started with --no-preload
     result = self.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
     log.info("turn %s done in %.2fs", turn.job_id, sum(result.timings.values()))
     return result.model_dump(mode="json")
