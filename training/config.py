@@ -26,14 +26,15 @@ class TrainConfig:
     # Phase (a)'s first stage: the VAE trained as an autoencoder on the training clips (see training.phase_a)
     vae_steps: int = 300  # VAE optimiser steps in all, counted across resumes (0: keep the random init)
     vae_learning_rate: float = 1e-3  # AdamW, constant
+    vae_batch_size: int = 4  # clips per VAE step and process: its convolutions run at full resolution
     vae_kl_weight: float = 1e-4  # weight of the posterior's mean per-element KL against the pixel MSE
     vae_frames: int = 9  # frames per training crop, 1 + a multiple of 8, the VAE's frame batch (0: whole clip)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"steps and batch_size must be positive, got {self.steps} and {self.batch_size}")
-        if self.vae_steps < 0 or self.vae_frames < 0 or self.vae_kl_weight < 0:
-            raise ValueError("vae_steps, vae_frames and vae_kl_weight must be >= 0")
+        if self.vae_steps < 0 or self.vae_frames < 0 or self.vae_kl_weight < 0 or self.vae_batch_size < 1:
+            raise ValueError("vae_steps, vae_frames and vae_kl_weight must be >= 0, vae_batch_size >= 1")
         if self.vae_frames and (self.vae_frames - 1) % 8:
             raise ValueError(f"vae_frames must be 0 or 1 + a multiple of 8, got {self.vae_frames}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
@@ -66,3 +67,18 @@ class ToyModelConfig:
             "vae_seed": self.vae_seed,
         }
         return json.loads(json.dumps(flat))
+
+
+# The schedules `animegamer train all` runs (measured on 2 CPU cores: README, "Training"); one phase's flags on
+# the command line override its own entry only.
+RECIPE: dict[str, TrainConfig] = {
+    "phase-a": TrainConfig(
+        steps=1500,
+        batch_size=16,
+        eval_every=250,
+        checkpoint_every=250,
+        vae_steps=400,
+        vae_learning_rate=2e-3,
+        vae_batch_size=4,
+    ),
+}

@@ -75,6 +75,12 @@ def encode_latents(vae: nn.Module, clips: torch.Tensor, scaling_factor: float, b
     return torch.cat(out)
 
 
+def latent_scale(latents: torch.Tensor) -> float:
+    """1 / std of the training latents, as Stable Diffusion chose its 0.18215: the noise schedule assumes unit
+    variance, and a trained VAE's latents have whatever spread its small KL weight allowed."""
+    return 1.0 / max(float(latents.float().std()), 1e-6)
+
+
 class FrameSet(Dataset):
     """The frames `(T, 3, H, W)` of clips, for the VAE stage."""
 
@@ -126,7 +132,9 @@ def train_vae(
     vae = build_initial_vae(model_config)
     if config.vae_steps == 0:
         return vae, TrainResult(step=0)
-    stage = replace(config, steps=config.vae_steps, learning_rate=config.vae_learning_rate)
+    stage = replace(
+        config, steps=config.vae_steps, learning_rate=config.vae_learning_rate, batch_size=config.vae_batch_size
+    )
     sizes = {k: v for k, v in model_config.sizes().items() if k.startswith(("vae", "clip."))}
     model = VAEModel(vae.train().requires_grad_(True), config.vae_kl_weight, config.vae_frames)
     eval_set = FrameSet(eval_frames) if len(eval_frames) else None
@@ -205,6 +213,7 @@ class PhaseAModel(nn.Module):
 class PhaseAResult(TrainResult):
     vae_losses: dict[int, float] = field(default_factory=dict)  # the VAE stage's step -> loss, this run only
     vae_step: int = 0  # the VAE stage's last finished step
+    scaling_factor: float = 1.0  # latents = VAE posterior mean x this (training.phase_a.latent_scale)
 
 
 def train_phase_a(
@@ -227,10 +236,11 @@ def train_phase_a(
     train_set, eval_set = ClipSet(training), ClipSet(held_out)
     logger.info("phase a: %d training clips, %d held out", len(train_set), len(eval_set))
 
-    # 2. Stage 1: the VAE as an autoencoder, then frozen; latents once per clip
+    # 2. Stage 1: the VAE as an autoencoder, then frozen; latents once per clip, scaled to unit variance
     vae, vae_result = train_vae(train_set.frames, eval_set.frames, config, model_config, out / VAE_STAGE)
-    scaling = model_config.pipeline.vae.scaling_factor
-    train_set.encode(vae, scaling)
+    train_set.encode(vae, 1.0)
+    scaling = latent_scale(train_set.latents)
+    train_set.latents = train_set.latents * scaling
     eval_set.encode(vae, scaling)
     sizes = model_config.sizes() | {"vae.trained_steps": vae_result.step}  # other latents: refuse the old state
 
@@ -254,6 +264,7 @@ def train_phase_a(
         eval_losses=dit_result.eval_losses,
         vae_losses=vae_result.losses,
         vae_step=vae_result.step,
+        scaling_factor=scaling,
     )
 
     # 4. The trained modules, for phase (b) and inference
@@ -261,7 +272,13 @@ def train_phase_a(
         torch.save(model.encoder.state_dict(), out / "encoder.pt")
         torch.save(model.decoder.state_dict(), out / "decoder.pt")
         torch.save(vae.state_dict(), out / "vae.pt")
-        meta = {"phase": "a", "step": result.step, "vae_step": result.vae_step, "sizes": sizes}
+        meta = {
+            "phase": "a",
+            "step": result.step,
+            "vae_step": result.vae_step,
+            "scaling_factor": scaling,
+            "sizes": sizes,
+        }
         (out / "phase_a.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     accelerator.wait_for_everyone()
     return result

@@ -42,14 +42,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--vae-steps", type=_non_negative, default=None, help="VAE autoencoder steps (0: random)")
     parser.add_argument("--vae-lr", type=float, default=None, help="the VAE's AdamW learning rate")
     parser.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
+    parser.add_argument(
+        "--model", choices=("toy", "tiny"), default="toy", help="sizes: toy (the shipped model's) or tiny (tests)"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from training.config import TrainConfig
+    from training.config import RECIPE, ToyModelConfig
     from training.dataset import DatasetError
     from training.loop import CheckpointMismatchError
     from training.phase_a import train_phase_a
+    from worker.pipeline.config import get_config, toy
 
     overrides = {
         "steps": args.steps,
@@ -61,9 +65,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         "vae_steps": args.vae_steps,
         "vae_learning_rate": args.vae_lr,
     }
-    config = replace(TrainConfig(), **{k: v for k, v in overrides.items() if v is not None})
+    config = replace(RECIPE[args.phase], **{k: v for k, v in overrides.items() if v is not None})
+    model_config = ToyModelConfig(pipeline=toy() if args.model == "toy" else get_config("tiny"))
     try:
-        result = train_phase_a(args.data, args.out, config)
+        result = train_phase_a(args.data, args.out, config, model_config)
     except (DatasetError, CheckpointMismatchError) as exc:
         print(exc, file=sys.stderr)
         return 1

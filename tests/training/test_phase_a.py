@@ -142,6 +142,7 @@ def test_cli_trains_and_refuses_an_empty_folder(data: Path, tmp_path: Path, caps
     from animegamer.cli import main
 
     args = ["train", "phase-a", "--data", str(data), "--out", str(tmp_path / "ck"), "--steps", "2", "--vae-steps", "1"]
+    args += ["--model", "tiny", "--batch-size", "2"]
     assert main(args) == 0
     assert "Phase a at step 2" in capsys.readouterr().out
     (tmp_path / "empty").mkdir()

@@ -147,6 +147,39 @@ def tiny() -> PipelineConfig:
     )
 
 
+def toy() -> PipelineConfig:
+    """The toy-world model's sizes (training/): the tiny clip with a wider MLLM, decoder and VAE, trained on the CPU.
+
+    Its weights ship with the project (``worker/pipeline/toy_weights``); this preset is only the shapes they fill.
+    """
+    return PipelineConfig(
+        name="toy",
+        mllm=MLLMConfig(
+            base_vocab_size=259,
+            hidden_size=128,
+            num_layers=4,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=256,
+            max_position_embeddings=4096,
+        ),
+        decoder=DecoderConfig(
+            num_layers=4,
+            num_heads=4,
+            head_dim=32,
+            time_embed_dim=64,
+            latent_channels=8,
+            text_embed_dim=32,
+            ip_embed_dim=16,
+        ),
+        vae=VAEConfig(block_out_channels=(16, 16, 32, 32), latent_channels=8, layers_per_block=1, norm_num_groups=8),
+        sampler=SamplerConfig(),
+        height=64,
+        width=96,
+        label="toy model, trained on the toy world",
+    )
+
+
 PRESETS = {"tiny": tiny, "full": full}
 RELEASE = "animegamer"  # the published checkpoints; sizes come from the files, not from a preset
 MODEL_NAMES = (*sorted(PRESETS), RELEASE)
