@@ -54,6 +54,7 @@ class ToyModelConfig:
     encoder_channels: int = 16  # width of the first 3D conv of the clip encoder
     max_instruction_bytes: int = 128  # longer instructions are cut, with a warning
     vae_seed: int = 0  # the VAE's init seed, before its training
+    history_window: int = 3  # phase (b)'s prompts: the current turn and up to 2 past ones (game.history)
 
     def sizes(self) -> dict[str, object]:
         """Every size a checkpoint depends on, flat and JSON-normalised (tuples become lists)."""
@@ -66,6 +67,12 @@ class ToyModelConfig:
             "encoder.max_instruction_bytes": self.max_instruction_bytes,
             "vae_seed": self.vae_seed,
         }
+        return json.loads(json.dumps(flat))
+
+    def mllm_sizes(self) -> dict[str, object]:
+        """What phase (b)'s states depend on beyond ``sizes()``: the MLLM and its prompts' history window."""
+        flat: dict[str, object] = {f"mllm.{k}": v for k, v in asdict(self.pipeline.mllm).items()}
+        flat["mllm.history_window"] = self.history_window
         return json.loads(json.dumps(flat))
 
 

@@ -64,7 +64,8 @@ def _video_block(tokenizer: AnimeGamerTokenizer, num_query_tokens: int) -> tuple
     return [t("<img>"), t("<frame>"), *frames, t("</frame>"), t("</img>")], 2
 
 
-def _state_block(tokenizer: AnimeGamerTokenizer, deltas: StateDeltas) -> list[int]:
+def state_block(tokenizer: AnimeGamerTokenizer, deltas: StateDeltas) -> list[int]:
+    """A past turn's closing ids, from ``<ML>`` to ``</TURN>``; training appends its first 11 to a prompt."""
     t, s = tokenizer.token_id, tokenizer.strength_id
     return [
         t("<ML>"), s(deltas.motion), t("</ML>"),
@@ -99,7 +100,7 @@ def build_prompt(
     # 1. Past turns, oldest first, each closed by the states it produced
     for turn in history:
         add_turn(turn.instruction)
-        ids.extend(_state_block(tokenizer, turn.deltas))
+        ids.extend(state_block(tokenizer, turn.deltas))
 
     # 2. The current turn, left open at <ML> for the state pass to continue
     add_turn(instruction)

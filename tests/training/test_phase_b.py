@@ -1,0 +1,128 @@
+"""Phase (b): the batched training forward is inference's two passes, the losses fall, bad inputs are named."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from game.contract import HistoryTurn
+from game.state import StateDeltas
+from training.config import ToyModelConfig, TrainConfig
+from training.dataset import load_toyworld, split
+from training.loop import CheckpointMismatchError, mean
+from training.phase_b import (
+    OUTPUTS,
+    PhaseError,
+    PromptCollate,
+    TurnSample,
+    deltas_of,
+    mllm_forward,
+    train_phase_b,
+    turn_samples,
+)
+from worker.pipeline.mllm import AnimeGamerMLLM
+from worker.pipeline.prompt import build_prompt
+from worker.pipeline.tokenizer import AnimeGamerTokenizer
+
+CONFIG = TrainConfig(steps=30, batch_size=4, learning_rate=2e-3, eval_every=10, checkpoint_every=10, held_out_every=2)
+MODEL = ToyModelConfig()
+N = MODEL.pipeline.num_query_tokens
+
+
+def test_each_turn_sees_at_most_the_window_of_past_turns(tiny_world: Path) -> None:
+    episodes = load_toyworld(tiny_world).episodes
+    samples = turn_samples(episodes, window=2)
+    assert len(samples) == sum(len(e.clips) for e in episodes)
+    assert all(len(s.history) <= 1 for s in samples)
+    first_turns = [s for s in samples if not s.history]
+    assert len(first_turns) == len(episodes)  # only an episode's first turn starts without history
+
+
+def test_the_batched_forward_is_what_inference_computes() -> None:
+    torch.manual_seed(0)
+    tokenizer = AnimeGamerTokenizer.tiny()
+    p = MODEL.pipeline
+    mllm = AnimeGamerMLLM(p.mllm, tokenizer.vocab_size, p.decoder.hidden_size, N).eval()
+    deltas = [StateDeltas(motion=m, social=1, entertainment=-2, stamina=3) for m in (1, 4, 2)]
+    instructions = [
+        "Character: Qiqi; Motion: gently walk; Background: day town.",
+        "Character: Qiqi; Motion: quickly run around; Background: evening street.",
+        "Character: Momo; Motion: slowly sit down; Background: night bedroom.",
+    ]
+    representations = torch.randn(3, N, p.decoder.hidden_size)
+    collate = PromptCollate(tokenizer, instructions, deltas, representations, N)
+    # a turn with one past turn, batched beside a shorter one: padding must not change either row
+    batch = collate([TurnSample(clip=1, history=(0,)), TurnSample(clip=2, history=())])
+    with torch.no_grad():
+        batched_rep, batched_logits = mllm_forward(mllm, batch)
+
+    history = [HistoryTurn(instruction=instructions[0], representation=b"", deltas=deltas[0])]
+    prompt = build_prompt(tokenizer, instructions[1], history, N)
+    embeds = mllm.embed_prompt(prompt, [representations[0]])
+    alone_rep = mllm.predict_representation(embeds, prompt)[0]
+    alone_logits, _ = mllm.state_logits(embeds, tokenizer)  # (4, 11); only the first slot is not teacher-dependent
+    torch.testing.assert_close(batched_rep[0], alone_rep, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batched_logits[0, 0, tokenizer.strength_ids], alone_logits[0], atol=1e-5, rtol=1e-4)
+
+    prompt = build_prompt(tokenizer, instructions[2], [], N)
+    embeds = mllm.embed_prompt(prompt, [])
+    torch.testing.assert_close(batched_rep[1], mllm.predict_representation(embeds, prompt)[0], atol=1e-5, rtol=1e-4)
+
+
+def test_targets_are_the_turns_true_strengths(tiny_world: Path) -> None:
+    episodes = load_toyworld(tiny_world).episodes
+    tokenizer = AnimeGamerTokenizer.tiny()
+    truth = deltas_of(episodes)
+    instructions = [c.instruction for e in episodes for c in e.clips]
+    collate = PromptCollate(tokenizer, instructions, truth, torch.zeros(len(truth), N, 4), N)
+    batch = collate(turn_samples(episodes, 3)[:4])
+    for row, target in enumerate(batch["target_states"].tolist()):
+        d = truth[row]
+        assert [tokenizer.strength_value(t) for t in target] == [d.motion, d.social, d.entertainment, d.stamina]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_world: Path, tiny_phase_a: Path, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("phase-b")
+    return out, train_phase_b(tiny_world, out, tiny_phase_a, CONFIG, MODEL)
+
+
+def test_loss_falls_and_outputs_are_saved(trained) -> None:
+    out, result = trained
+    values = [result.losses[s] for s in sorted(result.losses)]
+    assert len(values) == CONFIG.steps
+    assert mean(values[-5:]) < 0.7 * mean(values[:5])
+    assert all((out / name).is_file() for name in OUTPUTS)
+    assert result.eval_losses  # held-out episodes were evaluated
+
+
+def test_a_finished_run_resumes_to_nothing(tiny_world: Path, tiny_phase_a: Path, trained) -> None:
+    out, _ = trained
+    again = train_phase_b(tiny_world, out, tiny_phase_a, CONFIG, MODEL)
+    assert again.step == CONFIG.steps and again.losses == {}
+
+
+def test_missing_phase_a_is_named(tiny_world: Path, tmp_path: Path) -> None:
+    with pytest.raises(PhaseError, match=r"encoder\.pt is missing: run `animegamer train phase-a`"):
+        train_phase_b(tiny_world, tmp_path / "b", tmp_path / "nothing", CONFIG, MODEL)
+
+
+def test_phase_a_of_other_sizes_is_refused(tiny_world: Path, tiny_phase_a: Path, tmp_path: Path) -> None:
+    other = replace(MODEL, encoder_channels=8)
+    with pytest.raises(PhaseError, match=r"encoder\.channels: file 16, config 8"):
+        train_phase_b(tiny_world, tmp_path / "b", tiny_phase_a, CONFIG, other)
+
+
+def test_its_own_state_of_another_config_is_refused(tiny_world: Path, tiny_phase_a: Path, tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    train_phase_b(tiny_world, out, tiny_phase_a, replace(CONFIG, steps=1), MODEL)
+    with pytest.raises(CheckpointMismatchError, match=r"mllm\.history_window: checkpoint 3, current 2"):
+        train_phase_b(tiny_world, out, tiny_phase_a, replace(CONFIG, steps=2), replace(MODEL, history_window=2))
+
+
+def test_held_out_split_matches_phase_a(tiny_world: Path) -> None:
+    training, held_out = split(load_toyworld(tiny_world), CONFIG.held_out_every)
+    assert training and held_out and not {e.id for e in training} & {e.id for e in held_out}

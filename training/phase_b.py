@@ -1,0 +1,311 @@
+"""Phase (b): the MLLM learns to predict a turn's representation (regression) and its states (language modelling).
+
+Every turn of a training episode becomes the prompt inference builds (``worker.pipeline.prompt.build_prompt``): up
+to ``history_window - 1`` past turns, each with its instruction, its representation in its frame span and its
+states, then the current instruction open at ``<ML>``. Two losses, as in the paper:
+
+- regression: the representation pass (frame spans bidirectional, the last 226 final states through the output
+  resampler, exactly ``AnimeGamerMLLM.predict_representation``) against the frozen phase-(a) encoder's
+  representation of the turn's true clip, by MSE;
+- language modelling: the turn's true states appended (teacher forcing), cross-entropy of the four Strength tokens
+  at the positions the state pass reads them, under the plain causal mask the state pass uses.
+
+Past turns carry the encoder's representations of their true clips; at inference they carry the MLLM's own
+predictions, which the regression pulls towards those. Prompts are padded on the left so every prompt ends at the
+same position and the readout is one slice; position ids skip the padding, so each row computes what it would alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from game.contract import HistoryTurn
+from game.state import StateDeltas
+from training.config import ToyModelConfig, TrainConfig
+from training.dataset import DatasetError, Episode, load_toyworld, split
+from training.encoder import ClipEncoder, instruction_bytes
+from training.loop import TrainResult, train
+from training.phase_a import ClipSet
+from worker.pipeline.mllm import AnimeGamerMLLM
+from worker.pipeline.prompt import build_prompt, state_block
+from worker.pipeline.tokenizer import AnimeGamerTokenizer
+
+logger = logging.getLogger(__name__)
+
+OUTPUTS = ("mllm.pt", "phase_b.json")
+SUFFIX = (
+    10  # teacher-forced ids after <ML>: Strength, </ML>, <SC>, Strength, </SC>, <ET>, Strength, </ET>, <ST>, Strength
+)
+READ_AT = (-11, -8, -5, -2)  # where each Strength is predicted: at <ML>, <SC>, <ET>, <ST> (from the sequence's end)
+
+
+class PhaseError(RuntimeError):
+    """An earlier phase's outputs are missing or from another config; the message names the file."""
+
+
+def read_phase(folder: Path, phase: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The finished phase's metadata, after checking all its files are there."""
+    for name in names:
+        if not (folder / name).is_file():
+            raise PhaseError(f"{folder / name} is missing: run `animegamer train {phase}` (or `train all`) first.")
+    return json.loads((folder / names[-1]).read_text())
+
+
+def check_sizes(meta: dict[str, Any], expected: dict[str, object], where: Path) -> None:
+    saved = meta.get("sizes", {})
+    differ = sorted(k for k in expected if saved.get(k) != expected[k])
+    if differ:
+        detail = "; ".join(f"{k}: file {saved.get(k)!r}, config {expected[k]!r}" for k in differ)
+        raise PhaseError(f"{where} was trained with other sizes ({detail}).")
+
+
+@torch.no_grad()
+def encode_representations(encoder: ClipEncoder, clips: ClipSet, max_bytes: int, batch: int = 16) -> torch.Tensor:
+    """The frozen encoder's representation of every clip: `(N, 226, D)`."""
+    encoder.eval()
+    out = []
+    for start in range(0, len(clips), batch):
+        frames = clips.frames[start : start + batch]  # (b, T, 3, H, W)
+        ids = instruction_bytes(clips.instructions[start : start + batch], max_bytes)
+        out.append(encoder(frames, ids))
+    return torch.cat(out) if out else torch.empty(0)
+
+
+@dataclass(frozen=True)
+class TurnSample:
+    clip: int  # the turn's clip, an index into the ClipSet of the same episodes
+    history: tuple[int, ...]  # its past turns' clips, oldest first
+
+
+def turn_samples(episodes: tuple[Episode, ...], window: int) -> list[TurnSample]:
+    """Every turn with its last ``window - 1`` past turns, in ClipSet order."""
+    samples, first = [], 0
+    for episode in episodes:
+        for k in range(len(episode.clips)):
+            samples.append(TurnSample(first + k, tuple(range(first + max(0, k - window + 1), first + k))))
+        first += len(episode.clips)
+    return samples
+
+
+def deltas_of(episodes: tuple[Episode, ...]) -> list[StateDeltas]:
+    return [clip.deltas for episode in episodes for clip in episode.clips]
+
+
+class TurnSet(Dataset):
+    def __init__(self, samples: list[TurnSample]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> TurnSample:
+        return self.samples[i]
+
+
+@dataclass
+class PromptCollate:
+    """Turns -> a left-padded batch of full sequences (prompt + teacher-forced states) and their targets."""
+
+    tokenizer: AnimeGamerTokenizer
+    instructions: list[str]
+    deltas: list[StateDeltas]
+    representations: torch.Tensor  # (N, 226, D), the encoder's
+    num_query_tokens: int
+
+    def __call__(self, samples: list[TurnSample]) -> dict[str, Any]:
+        sequences, spans = [], []
+        for sample in samples:
+            history = [
+                HistoryTurn(instruction=self.instructions[i], representation=b"", deltas=self.deltas[i])
+                for i in sample.history
+            ]
+            prompt = build_prompt(self.tokenizer, self.instructions[sample.clip], history, self.num_query_tokens)
+            sequences.append(prompt.ids + state_block(self.tokenizer, self.deltas[sample.clip])[1 : 1 + SUFFIX])
+            spans.append(prompt.frame_spans)
+        length = max(len(s) for s in sequences)
+        ids = torch.zeros(len(samples), length, dtype=torch.long)  # (B, L); padding id 0 is never attended to
+        valid = torch.zeros(len(samples), length, dtype=torch.bool)
+        history_slots: list[tuple[int, int]] = []  # (row, start) of each past turn's frame span
+        history_clips: list[int] = []
+        frame_spans: list[list[tuple[int, int]]] = []
+        for row, (sequence, row_spans, sample) in enumerate(zip(sequences, spans, samples, strict=True)):
+            pad = length - len(sequence)
+            ids[row, pad:] = torch.tensor(sequence)
+            valid[row, pad:] = True
+            shifted = [(start + pad, end + pad) for start, end in row_spans]
+            frame_spans.append(shifted)
+            history_slots += [(row, start) for start, _ in shifted[:-1]]
+            history_clips += list(sample.history)
+        targets = ids[:, [length + p + 1 for p in READ_AT]]  # (B, 4): the Strength ids that follow
+        return {
+            "ids": ids,
+            "valid": valid,
+            "frame_spans": frame_spans,
+            "history_slots": history_slots,
+            "history": self.representations[history_clips],  # (M, 226, D)
+            "target_representation": self.representations[[s.clip for s in samples]],  # (B, 226, D)
+            "target_states": targets,
+        }
+
+
+def attention_masks(
+    valid: torch.Tensor, frame_spans: list[list[tuple[int, int]]], dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Additive masks `(B, 1, L, L)`: causal over real tokens, and the same with each frame span bidirectional."""
+    B, L = valid.shape
+    causal = torch.ones(L, L, dtype=torch.bool, device=valid.device).tril()[None] & valid[:, None, :]  # (B, L, L)
+    causal |= torch.eye(L, dtype=torch.bool, device=valid.device)[None]  # a padding row sees itself: no empty softmax
+    frames = causal.clone()
+    for row, spans in enumerate(frame_spans):
+        for start, end in spans:
+            frames[row, start:end, start:end] = True
+
+    def additive(allowed: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(B, 1, L, L, dtype=dtype, device=valid.device)
+        return mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+
+    return additive(causal), additive(frames)
+
+
+def mllm_forward(mllm: AnimeGamerMLLM, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batched, differentiable form of inference's two passes: representations `(B, 226, D)` and the logits
+    `(B, 4, V)` of the four Strength slots (``READ_AT``)."""
+    ids, valid = batch["ids"], batch["valid"]  # (B, L)
+    N = mllm.num_query_tokens
+    embeds = mllm.llm.get_input_embeddings()(ids)  # (B, L, H)
+    if batch["history_slots"]:
+        rows = mllm.input_resampler(batch["history"].to(embeds.dtype))  # (M, N, H)
+        for (row, start), rep in zip(batch["history_slots"], rows, strict=True):
+            embeds[row, start : start + N] = rep
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)  # (B, L): as if each row were alone
+    causal, frames = attention_masks(valid, batch["frame_spans"], embeds.dtype)
+
+    # 1. Representation pass over the prompt (it ends SUFFIX ids before the sequence does): the last N states
+    hidden = mllm.llm.model(inputs_embeds=embeds, attention_mask=frames, position_ids=positions).last_hidden_state
+    representation = mllm.output_resampler(hidden[:, -SUFFIX - N : -SUFFIX])  # (B, N, D)
+
+    # 2. State pass, causal, teacher-forced: logits where each Strength is chosen
+    hidden = mllm.llm.model(inputs_embeds=embeds, attention_mask=causal, position_ids=positions).last_hidden_state
+    logits = mllm.llm.lm_head(hidden[:, list(READ_AT)])  # (B, 4, V)
+    return representation, logits
+
+
+class PhaseBModel(nn.Module):
+    """The MLLM; ``forward(batch, generator)`` is representation MSE plus the Strength tokens' cross-entropy."""
+
+    def __init__(self, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer) -> None:
+        super().__init__()
+        p = config.pipeline
+        self.mllm = AnimeGamerMLLM(p.mllm, tokenizer.vocab_size, p.decoder.hidden_size, p.num_query_tokens)
+
+    def forward(self, batch: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
+        representation, logits = mllm_forward(self.mllm, batch)
+        regression = F.mse_loss(representation.float(), batch["target_representation"].float())
+        language = F.cross_entropy(logits.flatten(0, 1).float(), batch["target_states"].flatten())
+        return regression + language
+
+
+def load_encoder(phase_a: Path, config: ToyModelConfig) -> tuple[ClipEncoder, dict[str, Any]]:
+    from training.phase_a import OUTPUTS as A_OUTPUTS
+
+    meta = read_phase(phase_a, "phase-a", A_OUTPUTS)
+    check_sizes(meta, config.sizes(), phase_a / "phase_a.json")
+    encoder = ClipEncoder(config)
+    encoder.load_state_dict(torch.load(phase_a / "encoder.pt", weights_only=True))
+    return encoder.eval().requires_grad_(False), meta
+
+
+@dataclass
+class PhaseData:
+    """One split's turns and everything their batches are built from."""
+
+    samples: list[TurnSample]
+    collate: PromptCollate
+
+
+def phase_data(
+    episodes: tuple[Episode, ...], encoder: ClipEncoder, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer
+) -> PhaseData:
+    clips = ClipSet(episodes)
+    representations = encode_representations(encoder, clips, config.max_instruction_bytes)
+    collate = PromptCollate(
+        tokenizer, clips.instructions, deltas_of(episodes), representations, config.pipeline.num_query_tokens
+    )
+    return PhaseData(turn_samples(episodes, config.history_window), collate)  # the frames are dropped here
+
+
+class _Collate:
+    """Routes each split's samples to its own collate (the loop takes one for both)."""
+
+    def __init__(self, train: PromptCollate, held_out: PromptCollate) -> None:
+        self.train, self.held_out = train, held_out
+
+    def __call__(self, items: list[tuple[str, TurnSample]]) -> dict[str, Any]:
+        split_name = items[0][0]
+        collate = self.train if split_name == "train" else self.held_out
+        return collate([sample for _, sample in items])
+
+
+class _Tagged(Dataset):
+    def __init__(self, name: str, samples: list[TurnSample]) -> None:
+        self.name, self.samples = name, samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[str, TurnSample]:
+        return self.name, self.samples[i]
+
+
+def train_phase_b(
+    data: Path,
+    out: Path,
+    phase_a: Path,
+    config: TrainConfig | None = None,
+    model_config: ToyModelConfig | None = None,
+) -> TrainResult:
+    """Train the MLLM on the toy world ``data`` against phase (a)'s encoder in ``phase_a``; saves ``out/mllm.pt``."""
+    config = config or TrainConfig()
+    model_config = model_config or ToyModelConfig()
+    out = Path(out)
+
+    # 1. Phase (a)'s encoder (refused when missing or of other sizes), the data and its representations
+    encoder, meta_a = load_encoder(Path(phase_a), model_config)
+    world = load_toyworld(Path(data))
+    training, held_out = split(world, config.held_out_every)
+    if not training:
+        raise DatasetError(f"{data} has no training episodes after holding out every {config.held_out_every}th.")
+    tokenizer = AnimeGamerTokenizer.tiny()
+    train_data = phase_data(training, encoder, model_config, tokenizer)
+    eval_data = phase_data(held_out, encoder, model_config, tokenizer)
+    logger.info("phase b: %d training turns, %d held out", len(train_data.samples), len(eval_data.samples))
+    sizes = model_config.sizes() | model_config.mllm_sizes() | {"phase_a.step": meta_a["step"]}
+
+    # 2. The MLLM from the seed, then the shared loop
+    torch.manual_seed(config.seed)
+    model = PhaseBModel(model_config, tokenizer)
+    result, model, accelerator = train(
+        model,
+        _Tagged("train", train_data.samples),
+        _Tagged("held_out", eval_data.samples) if eval_data.samples else None,
+        _Collate(train_data.collate, eval_data.collate),
+        config,
+        out,
+        sizes,
+        description="phase b",
+    )
+    if accelerator.is_main_process:
+        torch.save(model.mllm.state_dict(), out / "mllm.pt")
+        meta = {"phase": "b", "step": result.step, "sizes": sizes}
+        (out / "phase_b.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    accelerator.wait_for_everyone()
+    return result
