@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from game.contract import RANDOM_WEIGHTS_LABEL, TOY_LABEL
 from game.state import CharacterState, StateDeltas, stat_colour
 
 _COLOURS = {"red": "#e5484d", "yellow": "#f5d90a", "green": "#46a758"}
@@ -26,7 +27,14 @@ class StoryRow:
 
 
 def render_story(rows: list[StoryRow], *, title: str, model: str, label: str, status: str) -> str:
-    warning = f'<p class="label">{escape(label)}: these clips are noise, not results.</p>' if label else ""
+    warning = ""
+    if label == RANDOM_WEIGHTS_LABEL:
+        warning = f'<p class="label">{escape(label)}: these clips are noise, not results.</p>'
+    elif label == TOY_LABEL:
+        warning = (
+            '<p class="label">Trained on this machine\'s CPU (`animegamer train all`) on procedurally drawn clips of '
+            "the toy world: 4 characters, 11 actions, 6 places, 4 times of day. Not the published anime model.</p>"
+        )
     body = "\n".join(_row(row) for row in rows) or '<tr><td colspan="5">No turns yet.</td></tr>'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>

@@ -41,7 +41,7 @@ from db.queries import (
     turn_of_job,
     update_job_progress,
 )
-from game.contract import RANDOM_WEIGHTS_LABEL, TurnResult
+from game.contract import RANDOM_WEIGHTS_LABEL, TOY_LABEL, TurnResult
 from game.state import CharacterState, StateDeltas
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class Delivery:
             entertainment=turn.d_entertainment or 0,
             stamina=turn.d_stamina or 0,
         )
-        label = RANDOM_WEIGHTS_LABEL if turn.model == "tiny" else ""
+        label = {"tiny": RANDOM_WEIGHTS_LABEL, "toy": TOY_LABEL}.get(turn.model, "")
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""
         try:

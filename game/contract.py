@@ -21,6 +21,7 @@ TASK_NAME = "animegamer.generate_turn"
 
 # The label every place that shows a tiny-model clip must carry.
 RANDOM_WEIGHTS_LABEL = "tiny model, random weights"
+TOY_LABEL = "toy model, trained on the toy world"  # worker.pipeline.toy: drawn clips, not anime
 
 _WIRE = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64", extra="forbid")
 

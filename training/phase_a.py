@@ -195,18 +195,30 @@ class PhaseAModel(nn.Module):
         self.register_buffer("alphas_cumprod", alphas, persistent=False)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
-        x0 = batch["latents"]  # (B, F, C, h, w)
-        B = x0.shape[0]
-        # 1. Noise on the release's schedule: t uniform, x_t = sqrt(a) x0 + sqrt(1 - a) eps
-        t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (B,), generator=generator, device=x0.device)
-        eps = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
-        a = self.alphas_cumprod[t].view(B, 1, 1, 1, 1)
-        x_t = a.sqrt() * x0 + (1 - a).sqrt() * eps
-        target = a.sqrt() * eps - (1 - a).sqrt() * x0  # v
-        # 2. Predict v from the clip's own representation and motion scope
-        condition = self.encoder(batch["frames"], batch["instruction"])  # (B, 226, D)
-        v = self.decoder(x_t, t, condition, batch["flow"])
-        return F.mse_loss(v.float(), target.float())
+        condition = self.encoder(batch["frames"], batch["instruction"])  # (B, 226, D): the clip's own
+        return v_prediction_loss(
+            self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator
+        )
+
+
+def v_prediction_loss(
+    decoder: AnimeGamerDecoder,
+    alphas_cumprod: torch.Tensor,
+    x0: torch.Tensor,
+    condition: torch.Tensor,
+    flow: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The decoder's objective in phases (a) and (c): latents `(B, F, C, h, w)` noised on the release's schedule
+    (t uniform, x_t = sqrt(a) x0 + sqrt(1 - a) eps), v predicted from the condition `(B, 226, D)` and motion scope."""
+    B = x0.shape[0]
+    t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (B,), generator=generator, device=x0.device)
+    eps = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
+    a = alphas_cumprod[t].view(B, 1, 1, 1, 1)
+    x_t = a.sqrt() * x0 + (1 - a).sqrt() * eps
+    target = a.sqrt() * eps - (1 - a).sqrt() * x0  # v
+    v = decoder(x_t, t, condition, flow)
+    return F.mse_loss(v.float(), target.float())
 
 
 @dataclass

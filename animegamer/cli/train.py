@@ -1,6 +1,8 @@
-"""`animegamer train phase-a`: train on a toy-world folder; rerun the same command to resume after a stop.
+"""`animegamer train phase-a|phase-b|phase-c|all`: train on a toy-world folder; rerun the same command to resume.
 
-Runs on one CPU as is and on many GPUs with `accelerate launch -m animegamer train ...`. Phases (b) and (c) follow.
+``--out`` is the run's folder: phase X works in ``OUT/phase_x`` and reads the earlier phases from there, and ``all``
+ends by writing ``OUT/model.safetensors``, the file ``ANIMEGAMER_MODEL=toy`` loads. Runs on one CPU as is and on
+many GPUs with `accelerate launch -m animegamer train ...`.
 """
 
 from __future__ import annotations
@@ -9,10 +11,19 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from animegamer.settings import Settings
 
-PHASES = ("phase-a",)
+if TYPE_CHECKING:  # training imports torch: only when a command runs
+    from training.config import ToyModelConfig, TrainConfig
+    from training.loop import TrainResult
+
+PHASES = ("phase-a", "phase-b", "phase-c", "all")
+HELP = (
+    "phase-a: clip encoder + VAE + diffusion decoder by reconstruction; phase-b: the MLLM predicts representations "
+    "and states; phase-c: the decoder adapts to the MLLM's predictions; all: the three, then the model file"
+)
 
 
 def _positive(text: str) -> int:
@@ -30,21 +41,22 @@ def _non_negative(text: str) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("train", help="train a phase on a toy-world data set", description=__doc__)
-    parser.add_argument("phase", choices=PHASES, help="phase-a: clip encoder + diffusion decoder by reconstruction")
+    parser = sub.add_parser("train", help="train the toy-world model's phases", description=__doc__)
+    parser.add_argument("phase", choices=PHASES, help=HELP)
     parser.add_argument("--data", type=Path, required=True, help="a folder written by `animegamer data toyworld`")
-    parser.add_argument("--out", type=Path, required=True, help="checkpoint folder; resumed when it holds a state")
-    parser.add_argument("--steps", type=_positive, default=None, help="total steps, counted across resumes")
-    parser.add_argument("--batch-size", type=_positive, default=None, help="clips per step and process")
-    parser.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
-    parser.add_argument("--eval-every", type=_non_negative, default=None, help="steps between evaluations (0: off)")
-    parser.add_argument("--checkpoint-every", type=_non_negative, default=None, help="steps between saved states")
-    parser.add_argument("--vae-steps", type=_non_negative, default=None, help="VAE autoencoder steps (0: random)")
-    parser.add_argument("--vae-lr", type=float, default=None, help="the VAE's AdamW learning rate")
-    parser.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
+    parser.add_argument("--out", type=Path, required=True, help="the run's folder; resumed when it holds states")
     parser.add_argument(
         "--model", choices=("toy", "tiny"), default="toy", help="sizes: toy (the shipped model's) or tiny (tests)"
     )
+    single = parser.add_argument_group("one phase's schedule (default: training.config.RECIPE)")
+    single.add_argument("--steps", type=_positive, default=None, help="total steps, counted across resumes")
+    single.add_argument("--batch-size", type=_positive, default=None, help="clips per step and process")
+    single.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
+    single.add_argument("--eval-every", type=_non_negative, default=None, help="steps between evaluations (0: off)")
+    single.add_argument("--checkpoint-every", type=_non_negative, default=None, help="steps between saved states")
+    single.add_argument("--vae-steps", type=_non_negative, default=None, help="phase a: VAE steps (0: random)")
+    single.add_argument("--vae-lr", type=float, default=None, help="phase a: the VAE's AdamW learning rate")
+    single.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
     parser.set_defaults(run=run)
 
 
@@ -52,9 +64,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from training.config import RECIPE, ToyModelConfig
     from training.dataset import DatasetError
     from training.loop import CheckpointMismatchError
-    from training.phase_a import train_phase_a
+    from training.phase_b import PhaseError
     from worker.pipeline.config import get_config, toy
 
+    model_config = ToyModelConfig(pipeline=toy() if args.model == "toy" else get_config("tiny"))
     overrides = {
         "steps": args.steps,
         "batch_size": args.batch_size,
@@ -65,15 +78,45 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         "vae_steps": args.vae_steps,
         "vae_learning_rate": args.vae_lr,
     }
-    config = replace(RECIPE[args.phase], **{k: v for k, v in overrides.items() if v is not None})
-    model_config = ToyModelConfig(pipeline=toy() if args.model == "toy" else get_config("tiny"))
+    chosen = {k: v for k, v in overrides.items() if v is not None}
+    if args.phase == "all" and chosen:
+        print("`train all` runs training.config.RECIPE; schedule flags apply to one phase only.", file=sys.stderr)
+        return 2
     try:
-        result = train_phase_a(args.data, args.out, config, model_config)
-    except (DatasetError, CheckpointMismatchError) as exc:
+        if args.phase == "all":
+            return _all(args, model_config)
+        config = replace(RECIPE[args.phase], **chosen)
+        result = _one(args, config, model_config)
+    except (DatasetError, CheckpointMismatchError, PhaseError) as exc:
         print(exc, file=sys.stderr)
         return 1
     last = result.losses.get(result.step)
     evaluated = f", held-out loss {result.eval_losses[max(result.eval_losses)]:.4f}" if result.eval_losses else ""
     loss = f", last loss {last:.4f}" if last is not None else " (already finished)"
-    print(f"Phase a at step {result.step}{loss}{evaluated}; saved to {args.out}")
+    name = args.phase.replace("-", " ").capitalize()
+    print(f"{name} at step {result.step}{loss}{evaluated}; saved to {args.out / args.phase.replace('-', '_')}")
+    return 0
+
+
+def _one(args: argparse.Namespace, config: TrainConfig, model_config: ToyModelConfig) -> TrainResult:
+    from training.phase_a import train_phase_a
+    from training.phase_b import train_phase_b
+    from training.phase_c import train_phase_c
+
+    a, b, c = (args.out / name for name in ("phase_a", "phase_b", "phase_c"))
+    if args.phase == "phase-a":
+        return train_phase_a(args.data, a, config, model_config)
+    if args.phase == "phase-b":
+        return train_phase_b(args.data, b, a, config, model_config)
+    return train_phase_c(args.data, c, a, b, config, model_config)
+
+
+def _all(args: argparse.Namespace, model_config: ToyModelConfig) -> int:
+    from training.run_all import train_all
+
+    result = train_all(args.data, args.out, model_config=model_config)
+    for phase, seconds in result.seconds.items():
+        held_out = f", held-out loss {result.held_out[phase]:.4f}" if phase in result.held_out else ""
+        print(f"{phase}: step {result.steps[phase]} in {seconds / 60:.1f} min{held_out}")
+    print(f"Wrote {result.model}; ANIMEGAMER_MODEL=toy loads it from worker/pipeline/toy_weights/toyworld.safetensors")
     return 0

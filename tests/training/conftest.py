@@ -26,3 +26,15 @@ def tiny_phase_a(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     out = tmp_path_factory.mktemp("runs") / "phase_a"
     train_phase_a(tiny_world, out, PHASE_A_QUICK, ToyModelConfig())
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_phase_b(tiny_world: Path, tiny_phase_a: Path) -> Path:
+    from training.phase_b import train_phase_b
+
+    out = tiny_phase_a.parent / "phase_b"
+    train_phase_b(tiny_world, out, tiny_phase_a, PHASE_B_QUICK, ToyModelConfig())
+    return out
+
+
+PHASE_B_QUICK = TrainConfig(steps=3, batch_size=2, eval_every=0, checkpoint_every=0, held_out_every=2)

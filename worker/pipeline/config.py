@@ -176,13 +176,14 @@ def toy() -> PipelineConfig:
         sampler=SamplerConfig(),
         height=64,
         width=96,
-        label="toy model, trained on the toy world",
+        label="toy model, trained on the toy world",  # game.contract.TOY_LABEL (game/ may not be imported here)
     )
 
 
 PRESETS = {"tiny": tiny, "full": full}
 RELEASE = "animegamer"  # the published checkpoints; sizes come from the files, not from a preset
-MODEL_NAMES = (*sorted(PRESETS), RELEASE)
+TOY = "toy"  # the trained toy-world model shipped with the project (worker.pipeline.toy)
+MODEL_NAMES = (TOY, *sorted(PRESETS), RELEASE)
 
 
 class UnknownModelError(ValueError):

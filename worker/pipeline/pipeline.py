@@ -21,7 +21,7 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import TurnRequest, TurnResult
 from game.motion import flow_for
-from worker.pipeline.config import RELEASE, PipelineConfig, get_config
+from worker.pipeline.config import RELEASE, TOY, PipelineConfig, get_config
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt
@@ -215,8 +215,8 @@ def load_pipeline(
 ) -> AnimeGamerPipeline:
     """The pipeline a worker serves, by model name; built once per worker process.
 
-    ``tiny`` and ``full`` are random weights (any character); ``animegamer`` loads the character's
-    published MLLM + decoder pair from ``checkpoints``.
+    ``toy`` is the trained toy-world model shipped with the project; ``tiny`` and ``full`` are random
+    weights (any character); ``animegamer`` loads the character's published MLLM + decoder pair from ``checkpoints``.
     """
     resolved = resolve_device(device)
     offload_mllm = {"on": True, "off": False}.get(offload)  # auto: decided from free GPU memory
@@ -235,6 +235,13 @@ def load_pipeline(
                 checkpoints, character, device=resolved, num_steps=num_steps, offload_mllm=offload_mllm
             )
         except (CheckpointError, FileNotFoundError, ValueError) as exc:
+            raise PipelineLoadError(str(exc)) from exc
+    elif name == TOY:
+        from worker.pipeline.toy import ToyCheckpointError, load_toy_pipeline
+
+        try:
+            pipeline = load_toy_pipeline(None, resolved, num_steps)
+        except ToyCheckpointError as exc:
             raise PipelineLoadError(str(exc)) from exc
     else:
         try:

@@ -1,0 +1,232 @@
+"""Measures of a generated toy-world turn: its states, its motion, its pixels, and what a person would check.
+
+The paper scores states with ACC-S / MAE-S and motion with ACC-F / MAE-F (the clip's optical flow,
+binned into a motion level, against the instruction's level); the toy world knows every clip's
+truth exactly, so the same names are used here for the same measures. The rest are checks a viewer
+makes by eye: is it night when it should be, does the figure fly up and across, does it keep its
+colours from turn to turn. Every function takes uint8 clips ``(T, H, W, 3)`` as decoded from the
+pipeline's MP4, and nothing here knows about models, so ground truth can be scored the same way.
+
+A figure is found by its body colour (unique in the toy world), allowing for what H.264's chroma
+subsampling does to a small figure. A clip where it cannot be found fails a check; it never passes
+one by having nothing to measure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import cv2
+import numpy as np
+
+from game.state import StateDeltas
+from worker.pipeline import video
+
+RGB = tuple[int, int, int]
+T = TypeVar("T")
+STATE_NAMES = ("motion", "social", "entertainment", "stamina")
+DAY_TIMES, NIGHT_TIMES = frozenset({"morning", "day"}), frozenset({"night"})
+MOTION_CHECKS = frozenset({"fly on broomstick", "lie down"})  # the actions moves_right_way can judge
+# Qiqi's body (52, 28, 96) is 31 from the night sky near the horizon, so 28 and no more; measured on
+# MP4 round trips of rendered clips, 28 still finds the figure in 99% of frames.
+TOLERANCE = 28.0
+MIN_PIXELS = 6  # a blob smaller than this is a stray pixel or two, not a figure (bodies are 20+ pixels)
+RISE, ACROSS, DROP = 3.0, 5.0, 3.0  # pixels: the least a flight rises and travels, the least lying down drops
+_EPS = 1e-3  # pixels/frame: keeps log() finite for a still clip
+# OpenCV's usual Farneback settings; a 15-pixel window spans a toy figure's body.
+FARNEBACK = {"pyr_scale": 0.5, "levels": 3, "winsize": 15, "iterations": 3, "poly_n": 5, "poly_sigma": 1.2, "flags": 0}
+
+
+def decode_mp4(data: bytes) -> np.ndarray:
+    """MP4 bytes -> ``(T, H, W, 3)`` uint8, with the project's own PyAV decoder (av is a core dependency)."""
+    return video.decode_mp4(data)
+
+
+def flow_magnitude(clip: np.ndarray) -> float:
+    """Mean Farneback optical-flow magnitude (pixels/frame) over consecutive frames: the clip's motion scope."""
+    grey = [cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY) for frame in clip]  # T x (H, W)
+    magnitudes = [
+        np.linalg.norm(cv2.calcOpticalFlowFarneback(a, b, None, **FARNEBACK), axis=-1).mean()
+        for a, b in itertools.pairwise(grey)  # flow (H, W, 2) per pair
+    ]
+    return float(np.mean(magnitudes)) if magnitudes else 0.0
+
+
+def _medians(groups: dict[int, list[float]]) -> dict[int, float]:
+    return {level: float(np.median(values)) for level, values in sorted(groups.items())}
+
+
+def _nearest(flow: float, medians: dict[int, float]) -> int:
+    return min(medians, key=lambda level: abs(math.log(flow + _EPS) - math.log(medians[level] + _EPS)))
+
+
+@dataclass(frozen=True)
+class FlowScale:
+    """Flow -> motion level, learnt from ground-truth clips: the median flow of each level.
+
+    Actions move very differently (a run at level 2 outflows a head turn at level 5), so with the
+    clips' actions given, each action gets its own medians; one scale for all scores rendered
+    ground truth at about chance. Levels an action never showed in calibration are left out.
+    """
+
+    medians: dict[int, float]  # level -> median flow over all calibration clips
+    by_action: dict[str, dict[int, float]] = field(default_factory=dict)  # action -> level -> median flow
+
+    @classmethod
+    def fit(cls, clips: Iterable[np.ndarray], levels: Sequence[int], actions: Sequence[str] | None = None) -> FlowScale:
+        flows = [flow_magnitude(clip) for clip in clips]
+        names = actions if actions is not None else [None] * len(flows)
+        assert len(flows) == len(levels) == len(names), "one level (and action) per clip"
+        overall: dict[int, list[float]] = {}
+        per_action: dict[str, dict[int, list[float]]] = {}
+        for flow, level, action in zip(flows, levels, names, strict=True):
+            overall.setdefault(level, []).append(flow)
+            if action is not None:
+                per_action.setdefault(action, {}).setdefault(level, []).append(flow)
+        return cls(_medians(overall), {action: _medians(groups) for action, groups in per_action.items()})
+
+    def level(self, flow: float, action: str | None = None) -> int:
+        """The level whose median flow is nearest (in log space: levels roughly multiply the flow)."""
+        return _nearest(flow, self.by_action.get(action, self.medians) if action else self.medians)
+
+
+def flow_scores(measured: Sequence[int], instructed: Sequence[int]) -> dict[str, float]:
+    """ACC-F: how often the clip's measured level is the instruction's; MAE-F: how far off it is on average."""
+    diff = np.abs(np.asarray(measured) - np.asarray(instructed))
+    return {"ACC-F": float(np.mean(diff == 0)), "MAE-F": float(np.mean(diff))}
+
+
+def quick_over_gentle(flows: Sequence[float], levels: Sequence[int]) -> float | None:
+    """Mean flow of quick clips (level 4-5) over that of gentle ones (1-2): above 1 when quicker moves more.
+
+    A still model scores 1, not a division by zero; None when either group is empty.
+    """
+    quick = [flow for flow, level in zip(flows, levels, strict=True) if level >= 4]
+    gentle = [flow for flow, level in zip(flows, levels, strict=True) if level <= 2]
+    return (float(np.mean(quick)) + _EPS) / (float(np.mean(gentle)) + _EPS) if quick and gentle else None
+
+
+def state_scores(pred: Sequence[StateDeltas], truth: Sequence[StateDeltas]) -> dict[str, dict[str, float]]:
+    """ACC-S (exact match rate) and MAE-S (mean absolute error) for each of the four state values."""
+    assert len(pred) == len(truth) > 0, "one prediction per true turn"
+    scores: dict[str, dict[str, float]] = {}
+    for name in STATE_NAMES:
+        diff = np.abs(np.array([getattr(p, name) for p in pred]) - np.array([getattr(t, name) for t in truth]))
+        scores[name] = {"ACC-S": float(np.mean(diff == 0)), "MAE-S": float(np.mean(diff))}
+    return scores
+
+
+def pixel_error(clip: np.ndarray, truth: np.ndarray) -> float:
+    """Mean absolute difference in 0..255 against the rendered clip: fidelity, position and all."""
+    assert clip.shape == truth.shape, f"clip {clip.shape} vs truth {truth.shape}"
+    return float(np.mean(np.abs(clip.astype(np.int16) - truth.astype(np.int16))))
+
+
+def brightness(clip: np.ndarray) -> float:
+    """Mean luma (BT.601) of the clip, 0..255: the toy world lights its scenery by the time of day."""
+    return float(np.mean(clip.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)))
+
+
+@dataclass(frozen=True)
+class DayNight:
+    """Bright or dark enough for its time: a threshold halfway between night and day ground truth."""
+
+    threshold: float
+
+    @classmethod
+    def fit(cls, clips: Iterable[np.ndarray], times: Sequence[str]) -> DayNight:
+        """Evening sits between the two and is left out: a person could not call it either way."""
+        values = [brightness(clip) for clip in clips]
+        day = [value for value, time in zip(values, times, strict=True) if time in DAY_TIMES]
+        night = [value for value, time in zip(values, times, strict=True) if time in NIGHT_TIMES]
+        if not day or not night:
+            raise ValueError(f"need day and night clips to fit on, got {len(day)} day and {len(night)} night")
+        return cls(threshold=(float(np.mean(day)) + float(np.mean(night))) / 2)
+
+    def time_of_day_right(self, clip: np.ndarray, time: str) -> bool | None:
+        """Day or morning bright, night dark; None for evening, which this check does not judge."""
+        if time in DAY_TIMES:
+            return brightness(clip) > self.threshold
+        if time in NIGHT_TIMES:
+            return brightness(clip) < self.threshold
+        return None
+
+
+def figure_pixels(frame: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> np.ndarray | None:
+    """``(H, W)`` bool: the largest blob within ``tolerance`` of the body colour, or None when none is big enough.
+
+    The largest connected blob, not every matching pixel: scattered look-alike pixels (noise, a
+    random model's speckle) never add up to a figure, nor drag its centre about.
+    """
+    distance = np.linalg.norm(frame.astype(np.float32) - np.array(body, np.float32), axis=-1)  # (H, W)
+    count, labels, stats, _ = cv2.connectedComponentsWithStats((distance <= tolerance).astype(np.uint8), connectivity=8)
+    if count < 2:
+        return None
+    largest = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+    return labels == largest if stats[largest, cv2.CC_STAT_AREA] >= MIN_PIXELS else None
+
+
+def figure_track(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> list[tuple[float, float] | None]:
+    """The figure's centre ``(x, y)`` in pixels per frame, None where it is not found."""
+    track: list[tuple[float, float] | None] = []
+    for frame in clip:
+        mask = figure_pixels(frame, body, tolerance)
+        if mask is None:
+            track.append(None)
+            continue
+        rows, cols = np.nonzero(mask)
+        track.append((float(cols.mean()), float(rows.mean())))
+    return track
+
+
+def figure_top(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> list[int | None]:
+    """The top row of the figure's body per frame (smaller is higher), None where it is not found."""
+    masks = [figure_pixels(frame, body, tolerance) for frame in clip]
+    return [int(np.nonzero(mask.any(axis=1))[0][0]) if mask is not None else None for mask in masks]
+
+
+def _ends(values: Sequence[T | None]) -> tuple[T, T] | None:
+    """The first value found in the clip's first quarter and the last in its last quarter, else None."""
+    quarter = max(1, len(values) // 4)
+    start = next((value for value in values[:quarter] if value is not None), None)
+    end = next((value for value in reversed(values[-quarter:]) if value is not None), None)
+    return (start, end) if start is not None and end is not None else None
+
+
+def moves_right_way(action: str, clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> bool | None:
+    """Flying goes up and across; lying down ends low. None for other actions, or when the figure
+    is not found at the start or end (a caller scoring actions in MOTION_CHECKS counts that as a failure).
+    """
+    if action == "fly on broomstick":
+        ends = _ends(figure_track(clip, body, tolerance))
+        if ends is None:
+            return None
+        (x0, y0), (x1, y1) = ends
+        return y0 - y1 >= RISE and abs(x1 - x0) >= ACROSS  # image rows grow downwards
+    if action == "lie down":
+        ends = _ends(figure_top(clip, body, tolerance))
+        return None if ends is None else ends[1] - ends[0] >= DROP
+    return None
+
+
+def figure_colour(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> np.ndarray | None:
+    """Mean RGB ``(3,)`` of the figure's body; None unless it is found in at least half the frames.
+
+    Half, not any: a clip of random colour patches matches a body colour in some frame or other,
+    and a figure that flickers in and out is not a character kept across turns.
+    """
+    pixels = [frame[mask] for frame in clip if (mask := figure_pixels(frame, body, tolerance)) is not None]
+    return np.concatenate(pixels).astype(np.float64).mean(axis=0) if pixels and 2 * len(pixels) >= len(clip) else None
+
+
+def colour_drift(colours: Sequence[np.ndarray | None]) -> list[float | None]:
+    """RGB distance of turn k's figure colour (k >= 2) from turn 1's; None where either was not found."""
+    first = colours[0] if colours else None
+    return [
+        float(np.linalg.norm(colour - first)) if colour is not None and first is not None else None
+        for colour in colours[1:]
+    ]
