@@ -137,7 +137,7 @@ def score(run: Run, episodes: Sequence[Episode], truth: Sequence[Sequence[np.nda
             if record.action in metrics.MOTION_CHECKS:
                 moved = metrics.moves_right_way(record.action, clip, body)
                 lost += moved is None
-                moves.append(bool(moved))  # a figure not found at the start or end fails
+                moves.append(bool(moved))  # no figure, or none at the start or end, fails
         colours = [metrics.figure_colour(clip, body) for clip in clips]
         found += [colour is not None for colour in colours]
         drifts += [drift for drift in metrics.colour_drift(colours) if drift is not None]
@@ -211,7 +211,7 @@ def main() -> None:
     started = time.perf_counter()
     trained, window = load_trained(args.checkpoint, args.num_steps)
     config = trained.config  # the random model gets the same sizes and steps
-    random = AnimeGamerPipeline.random_weights(replace(config, weights_seed=args.seed, label="random weights"))
+    untrained = AnimeGamerPipeline.random_weights(replace(config, weights_seed=args.seed, label="random weights"))
 
     with tempfile.TemporaryDirectory(prefix="toyworld-eval-") as tmp:
         if args.data is not None:
@@ -230,7 +230,7 @@ def main() -> None:
     runs = [
         play("trained", trained, episodes, window, args.seed),
         play("no history", trained, episodes, 1, args.seed),
-        play("random", random, episodes, window, args.seed),
+        play("random", untrained, episodes, window, args.seed),
     ]
     turns = sum(len(episode.clips) for episode in episodes)
     print(
@@ -248,6 +248,7 @@ def main() -> None:
         "\nML/SC/ET/ST: motion, social, entertainment, stamina. ACC-F/MAE-F: the clip's flow read as a level by "
         "ground truth of the same action. Time of day: day/morning bright, night dark (evening not judged). "
         "Moves right way: flying rises and crosses, lying down ends low; a figure not found fails. "
+        "Figure found: the body colour in at least half the frames, moving continuously. "
         "Colour drift: RGB distance of the body colour, turn k vs turn 1, where both are found. "
         f"Whole run {time.perf_counter() - started:.0f} s."
     )

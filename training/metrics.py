@@ -35,6 +35,7 @@ MOTION_CHECKS = frozenset({"fly on broomstick", "lie down"})  # the actions move
 # MP4 round trips of rendered clips, 28 still finds the figure in 99% of frames.
 TOLERANCE = 28.0
 MIN_PIXELS = 6  # a blob smaller than this is a stray pixel or two, not a figure (bodies are 20+ pixels)
+MAX_STEP = 12.0  # pixels a frame a figure's centre may move: rendered ground truth's most is 9.3 (a rapid dance)
 RISE, ACROSS, DROP = 3.0, 5.0, 3.0  # pixels: the least a flight rises and travels, the least lying down drops
 _EPS = 1e-3  # pixels/frame: keeps log() finite for a still clip
 # OpenCV's usual Farneback settings; a 15-pixel window spans a toy figure's body.
@@ -170,23 +171,31 @@ def figure_pixels(frame: np.ndarray, body: RGB, tolerance: float = TOLERANCE) ->
     return labels == largest if stats[largest, cv2.CC_STAT_AREA] >= MIN_PIXELS else None
 
 
+def _centre(mask: np.ndarray) -> tuple[float, float]:
+    rows, cols = np.nonzero(mask)
+    return float(cols.mean()), float(rows.mean())
+
+
+def _top(mask: np.ndarray) -> int:
+    return int(np.nonzero(mask.any(axis=1))[0][0])  # the body's highest row (rows grow downwards)
+
+
 def figure_track(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> list[tuple[float, float] | None]:
     """The figure's centre ``(x, y)`` in pixels per frame, None where it is not found."""
-    track: list[tuple[float, float] | None] = []
-    for frame in clip:
-        mask = figure_pixels(frame, body, tolerance)
-        if mask is None:
-            track.append(None)
-            continue
-        rows, cols = np.nonzero(mask)
-        track.append((float(cols.mean()), float(rows.mean())))
-    return track
-
-
-def figure_top(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> list[int | None]:
-    """The top row of the figure's body per frame (smaller is higher), None where it is not found."""
     masks = [figure_pixels(frame, body, tolerance) for frame in clip]
-    return [int(np.nonzero(mask.any(axis=1))[0][0]) if mask is not None else None for mask in masks]
+    return [None if mask is None else _centre(mask) for mask in masks]
+
+
+def is_figure(track: Sequence[tuple[float, float] | None]) -> bool:
+    """Found in at least half the frames and never jumping more than MAX_STEP pixels a frame.
+
+    A random model's colour patches match a body colour here and there, a different patch each
+    frame; a figure is there most of the clip and moves continuously.
+    """
+    found = [(index, point) for index, point in enumerate(track) if point is not None]
+    if not found or 2 * len(found) < len(track):
+        return False
+    return all(math.dist(p, q) <= MAX_STEP * (j - i) for (i, p), (j, q) in itertools.pairwise(found))
 
 
 def _ends(values: Sequence[T | None]) -> tuple[T, T] | None:
@@ -198,29 +207,33 @@ def _ends(values: Sequence[T | None]) -> tuple[T, T] | None:
 
 
 def moves_right_way(action: str, clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> bool | None:
-    """Flying goes up and across; lying down ends low. None for other actions, or when the figure
-    is not found at the start or end (a caller scoring actions in MOTION_CHECKS counts that as a failure).
+    """Flying goes up and across; lying down ends low. None for other actions, or when no figure is
+    found (see is_figure) or not at the start or end: a caller scoring MOTION_CHECKS counts that as a failure.
     """
+    if action not in MOTION_CHECKS:
+        return None
+    masks = [figure_pixels(frame, body, tolerance) for frame in clip]
+    track = [None if mask is None else _centre(mask) for mask in masks]
+    if not is_figure(track):
+        return None
     if action == "fly on broomstick":
-        ends = _ends(figure_track(clip, body, tolerance))
+        ends = _ends(track)
         if ends is None:
             return None
         (x0, y0), (x1, y1) = ends
-        return y0 - y1 >= RISE and abs(x1 - x0) >= ACROSS  # image rows grow downwards
-    if action == "lie down":
-        ends = _ends(figure_top(clip, body, tolerance))
-        return None if ends is None else ends[1] - ends[0] >= DROP
-    return None
+        return y0 - y1 >= RISE and abs(x1 - x0) >= ACROSS
+    tops = _ends([None if mask is None else _top(mask) for mask in masks])  # lie down
+    return None if tops is None else tops[1] - tops[0] >= DROP
 
 
 def figure_colour(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> np.ndarray | None:
-    """Mean RGB ``(3,)`` of the figure's body; None unless it is found in at least half the frames.
-
-    Half, not any: a clip of random colour patches matches a body colour in some frame or other,
-    and a figure that flickers in and out is not a character kept across turns.
-    """
-    pixels = [frame[mask] for frame in clip if (mask := figure_pixels(frame, body, tolerance)) is not None]
-    return np.concatenate(pixels).astype(np.float64).mean(axis=0) if pixels and 2 * len(pixels) >= len(clip) else None
+    """Mean RGB ``(3,)`` of the figure's body over the frames it is found in; None unless is_figure."""
+    masks = [figure_pixels(frame, body, tolerance) for frame in clip]
+    if not is_figure([None if mask is None else _centre(mask) for mask in masks]):
+        return None
+    return np.concatenate([frame[mask] for frame, mask in zip(clip, masks, strict=True) if mask is not None]).mean(
+        axis=0, dtype=np.float64
+    )
 
 
 def colour_drift(colours: Sequence[np.ndarray | None]) -> list[float | None]:

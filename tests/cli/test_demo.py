@@ -59,6 +59,18 @@ def test_the_demo_on_a_two_line_file_writes_its_clips_and_story_page(tmp_path):
     assert "Complete: 2 turns" in page
 
 
+@pytest.mark.slow
+def test_the_default_model_is_the_trained_toy_model_and_the_page_says_so(tmp_path):
+    (tmp_path / "story.txt").write_text(TWO_LINES)
+    env = {k: v for k, v in worker_env(tmp_path).items() if k != "ANIMEGAMER_MODEL"}  # the default, as a user runs it
+    done = animegamer("demo", "--instructions", str(tmp_path / "story.txt"), "--out", str(tmp_path / "out"), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (tmp_path / "out" / "story.html").read_text()
+    assert "Model: <b>toy</b> (toy model, trained on the toy world)" in page
+    assert "noise" not in page and "random weights" not in page
+    assert decode_mp4((tmp_path / "out" / "turn_02.mp4").read_bytes()).shape == (17, 64, 96, 3)
+
+
 def test_a_malformed_instruction_file_is_refused_before_anything_starts(tmp_path):
     (tmp_path / "bad.txt").write_text("Character: Qiqi; Motion: fly; Background: sky.\nQiqi flies\n")
     done = animegamer(

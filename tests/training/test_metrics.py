@@ -23,6 +23,7 @@ from training.metrics import (
     figure_track,
     flow_magnitude,
     flow_scores,
+    is_figure,
     moves_right_way,
     pixel_error,
     quick_over_gentle,
@@ -185,7 +186,9 @@ def test_the_figure_is_tracked_in_ground_truth(episodes):
     for episode, clips in episodes:
         character = CHARACTERS_BY_NAME[episode.character]
         for clip, raw in zip(clips, episode.frames(), strict=True):
-            for found, mask in zip(figure_track(clip, character.body), figure_mask(raw, character), strict=True):
+            track = figure_track(clip, character.body)
+            assert is_figure(track)
+            for found, mask in zip(track, figure_mask(raw, character), strict=True):
                 rows, cols = np.nonzero(mask)
                 if found is None:
                     missing += 1
@@ -193,6 +196,17 @@ def test_the_figure_is_tracked_in_ground_truth(episodes):
                     errors.append(np.hypot(found[0] - cols.mean(), found[1] - rows.mean()))
     assert missing <= 0.05 * (missing + len(errors))  # measured 0.1% of frames
     assert max(errors) < 4  # pixels; measured 2.0
+
+
+def test_a_patch_of_the_body_colour_jumping_about_is_not_a_figure():
+    """What a random model draws: look-alike colour in a different place every frame."""
+    clip = GREY.copy()
+    for frame, (x, y) in zip(clip, np.random.default_rng(1).integers(0, [88, 56], size=(CLIP.frames, 2)), strict=True):
+        frame[y : y + 8, x : x + 8] = QIQI.body
+    assert all(point is not None for point in figure_track(clip, QIQI.body))
+    assert not is_figure(figure_track(clip, QIQI.body))
+    assert figure_colour(clip, QIQI.body) is None
+    assert moves_right_way("fly on broomstick", clip, QIQI.body) is None
 
 
 @pytest.mark.parametrize("clip", [GREY, NOISE], ids=["grey", "noise"])
@@ -246,7 +260,7 @@ def test_ground_truth_keeps_its_colours_across_turns(episodes):
 def test_a_figure_seen_in_only_a_few_frames_is_not_found():
     clip = qiqi_clip("walk", "gently")
     assert figure_colour(clip, QIQI.body) is not None
-    flicker = np.concatenate([clip[:4], GREY[4:]])  # as a random model's colour patches match now and then
+    flicker = np.concatenate([clip[:4], GREY[4:]])
     assert figure_colour(flicker, QIQI.body) is None
 
 
