@@ -13,8 +13,6 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-TOY_HISTORY_WINDOW = 3  # worker.pipeline.toy's, repeated so that reading settings imports no torch
-
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ANIMEGAMER_", env_file=".env", extra="ignore")
@@ -30,7 +28,7 @@ class Settings(BaseSettings):
     offload_mllm: Literal["auto", "on", "off"] = "auto"  # keep the MLLM off the GPU while the decoder runs
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     num_steps: int = Field(default=0, ge=0, le=1000)  # 0: the model's own (50)
-    history_window: int = Field(default=0, ge=0, le=5)  # turns a prompt spans; 0: the model's own (toy 3, else 1)
+    history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns (README: why, for the toy model too)
 
     task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker
     visibility_timeout: int = Field(default=0, ge=0)  # 0: task_time_limit + 60; redelivery after a lost worker
@@ -53,8 +51,6 @@ class Settings(BaseSettings):
         self.broker_url = self.broker_url or f"sqla+sqlite:///{data}/broker.db"
         self.result_backend = self.result_backend or f"db+sqlite:///{data}/results.db"
         self.visibility_timeout = self.visibility_timeout or self.task_time_limit + 60
-        # the toy model was trained on 3-turn prompts (worker.pipeline.toy.TOY_HISTORY_WINDOW); the release on 1
-        self.history_window = self.history_window or (TOY_HISTORY_WINDOW if self.model == "toy" else 1)
 
 
 @lru_cache(maxsize=1)

@@ -228,9 +228,9 @@ def main() -> None:
     ground = Run("ground truth (rendered)", clips=[[round_trip(clip) for clip in clips] for clips in rendered])
 
     runs = [
-        play("trained", trained, episodes, window, args.seed),
-        play("no history", trained, episodes, 1, args.seed),
-        play("random", untrained, episodes, window, args.seed),
+        play("trained, no history (the default)", trained, episodes, 1, args.seed),
+        play(f"trained, own history (window {window})", trained, episodes, window, args.seed),
+        play(f"random weights (window {window})", untrained, episodes, window, args.seed),
     ]
     turns = sum(len(episode.clips) for episode in episodes)
     print(

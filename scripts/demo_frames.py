@@ -2,8 +2,8 @@
 
     python scripts/demo_frames.py --out docs/demo_frames.png [--turns 4] [--checkpoint PATH]
 
-Runs the pipeline in-process (no worker), with each turn's history as the game builds it, and decodes the MP4s the
-players get, so the picture shows what a user sees, H.264 included. Deterministic for a seed.
+Runs the pipeline in-process (no worker), with each turn's history as the game builds it (``--window``), and
+decodes the MP4s the players get, so the picture shows what a user sees, H.264 included. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from game.contract import HistoryTurn, TurnRequest  # noqa: E402
+from game.history import past_turns_for  # noqa: E402
 from game.instruction import parse  # noqa: E402
-from worker.pipeline.toy import TOY_HISTORY_WINDOW, load_toy_pipeline  # noqa: E402
+from worker.pipeline.toy import load_toy_pipeline  # noqa: E402
 from worker.pipeline.video import decode_mp4  # noqa: E402
 
 FRAMES = (0, 4, 8, 12, 16)
@@ -34,10 +35,12 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--checkpoint", type=Path, default=None, help="a toy model file (default: the shipped one)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--window", type=int, default=1, help="history window, as ANIMEGAMER_HISTORY_WINDOW (1: none)")
     args = parser.parse_args()
 
     lines = [line for line in (REPO / "game" / "data" / "demo.txt").read_text().splitlines() if line.strip()]
     pipeline = load_toy_pipeline(args.checkpoint)
+    played: list[HistoryTurn] = []
     history: list[HistoryTurn] = []
     rows = []
     for turn, line in enumerate(lines[: args.turns], 1):
@@ -45,11 +48,8 @@ def main() -> int:
         request = TurnRequest(job_id=f"frames-{turn}", instruction=instruction, seed=args.seed + turn, history=history)
         result = pipeline(request)
         frames = decode_mp4(result.mp4)  # (T, H, W, 3)
-        history = [
-            *history,
-            HistoryTurn(instruction=instruction, representation=result.representation, deltas=result.deltas),
-        ]
-        history = history[-(TOY_HISTORY_WINDOW - 1) :]
+        played.append(HistoryTurn(instruction=instruction, representation=result.representation, deltas=result.deltas))
+        history = past_turns_for(played, args.window)
         strip = np.concatenate([frames[i] for i in FRAMES], axis=1)  # (H, 5 W, 3)
         rows.append((f"{turn}. {instruction}", strip))
 

@@ -84,7 +84,7 @@ RECIPE: dict[str, TrainConfig] = {
         batch_size=16,
         eval_every=250,
         checkpoint_every=250,
-        vae_steps=400,
+        vae_steps=400,  # 1000 steps gave the same held-out reconstruction error (README, "Training")
         vae_learning_rate=2e-3,
         vae_batch_size=4,
     ),

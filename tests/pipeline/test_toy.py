@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from animegamer.settings import TOY_HISTORY_WINDOW as SETTINGS_WINDOW
 from animegamer.settings import Settings
 from game.contract import TurnRequest
 from worker.pipeline.config import tiny
@@ -93,12 +92,9 @@ def test_the_shipped_model_loads_and_says_what_it_is() -> None:
     assert SHIPPED.stat().st_size < 30 * 2**20
 
 
-def test_the_toy_model_is_the_default_with_its_history_window(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_toy_model_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANIMEGAMER_MODEL", raising=False)
-    monkeypatch.delenv("ANIMEGAMER_HISTORY_WINDOW", raising=False)
-    settings = Settings(_env_file=None)
-    assert settings.model == "toy" and settings.history_window == TOY_HISTORY_WINDOW == SETTINGS_WINDOW
-    assert Settings(_env_file=None, model="tiny").history_window == 1
+    assert Settings(_env_file=None).model == "toy"
 
 
 def test_a_missing_shipped_file_is_a_load_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -152,30 +152,13 @@ def toy() -> PipelineConfig:
 
     Its weights ship with the project (``worker/pipeline/toy_weights``); this preset is only the shapes they fill.
     """
-    return PipelineConfig(
+    base = tiny()
+    return replace(
+        base,
         name="toy",
-        mllm=MLLMConfig(
-            base_vocab_size=259,
-            hidden_size=128,
-            num_layers=4,
-            num_heads=4,
-            num_kv_heads=2,
-            intermediate_size=256,
-            max_position_embeddings=4096,
-        ),
-        decoder=DecoderConfig(
-            num_layers=4,
-            num_heads=4,
-            head_dim=32,
-            time_embed_dim=64,
-            latent_channels=8,
-            text_embed_dim=32,
-            ip_embed_dim=16,
-        ),
-        vae=VAEConfig(block_out_channels=(16, 16, 32, 32), latent_channels=8, layers_per_block=1, norm_num_groups=8),
-        sampler=SamplerConfig(),
-        height=64,
-        width=96,
+        mllm=replace(base.mllm, hidden_size=128, num_layers=4, intermediate_size=256),
+        decoder=replace(base.decoder, num_layers=4, num_heads=4, head_dim=32, time_embed_dim=64, latent_channels=8),
+        vae=replace(base.vae, block_out_channels=(16, 16, 32, 32), latent_channels=8),
         label="toy model, trained on the toy world",  # game.contract.TOY_LABEL (game/ may not be imported here)
     )
 

@@ -28,7 +28,7 @@ TOY = "toy"  # the model name settings and workers use
 FORMAT = "animegamer-toy"
 VERSION = "1"
 SHIPPED = Path(__file__).parent / "toy_weights" / "toyworld.safetensors"
-TOY_HISTORY_WINDOW = 3  # the current turn and 2 past ones, as phase (b) trained it
+TOY_HISTORY_WINDOW = 3  # phase (b)'s prompts: the current turn and up to 2 past ones (the game's default is 1)
 LABEL = TOY_LABEL
 PARTS = ("mllm", "decoder", "vae")
 
