@@ -33,7 +33,7 @@ from game.state import StateDeltas
 from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.encoder import ClipEncoder, instruction_bytes
-from training.loop import TrainResult, train
+from training.loop import OnStep, TrainResult, train
 from training.phase_a import ClipSet
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt, state_block
@@ -272,6 +272,7 @@ def train_phase_b(
     phase_a: Path,
     config: TrainConfig | None = None,
     model_config: ToyModelConfig | None = None,
+    on_step: OnStep | None = None,
 ) -> TrainResult:
     """Train the MLLM on the toy world ``data`` against phase (a)'s encoder in ``phase_a``; saves ``out/mllm.pt``."""
     config = config or TrainConfig()
@@ -301,6 +302,7 @@ def train_phase_b(
         config,
         out,
         sizes,
+        on_step=on_step,
         description="phase b",
     )
     if accelerator.is_main_process:

@@ -105,6 +105,20 @@ def test_a_finished_run_resumes_to_nothing(tiny_world: Path, tiny_phase_a: Path,
     assert again.step == CONFIG.steps and again.losses == {}
 
 
+def test_interrupted_and_resumed_equals_uninterrupted(tiny_world: Path, tiny_phase_a: Path, trained, tmp_path) -> None:
+    _, expected = trained
+
+    def crash(step: int, loss: float) -> None:
+        if step == 20:  # just after the step-20 checkpoint
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_phase_b(tiny_world, tmp_path, tiny_phase_a, CONFIG, MODEL, on_step=crash)
+    resumed = train_phase_b(tiny_world, tmp_path, tiny_phase_a, CONFIG, MODEL)
+    assert sorted(resumed.losses) == list(range(21, CONFIG.steps + 1))
+    assert resumed.losses[CONFIG.steps] == pytest.approx(expected.losses[CONFIG.steps], abs=1e-5)
+
+
 def test_missing_phase_a_is_named(tiny_world: Path, tmp_path: Path) -> None:
     with pytest.raises(PhaseError, match=r"encoder\.pt is missing: run `animegamer train phase-a`"):
         train_phase_b(tiny_world, tmp_path / "b", tmp_path / "nothing", CONFIG, MODEL)
