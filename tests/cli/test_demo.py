@@ -105,11 +105,8 @@ def test_every_command_has_help():
 def test_ctrl_c_during_the_demo_stops_the_worker_and_leaves_only_complete_files(tmp_path):
     out = tmp_path / "out"
     env = worker_env(tmp_path)
-    # Five times the demo story: long enough that the signal lands mid-game even when this process is slow to poll.
-    story = tmp_path / "long.txt"
-    story.write_text((REPO / "game" / "data" / "demo.txt").read_text() * 5)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "animegamer", "demo", "--instructions", str(story), "--out", str(out)],
+        [sys.executable, "-m", "animegamer", "demo", "--out", str(out)],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -127,7 +124,7 @@ def test_ctrl_c_during_the_demo_stops_the_worker_and_leaves_only_complete_files(
     assert "Stopped after" in stderr
     assert processes_with(tmp_path) == []
     clips = sorted(out.glob("turn_*.mp4"))
-    assert 1 <= len(clips) < 40
+    assert 1 <= len(clips) < 8
     for clip in clips:
         assert decode_mp4(clip.read_bytes()).shape[0] == 17
     assert not [p for p in out.iterdir() if p.name.endswith(".partial")]
