@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from animegamer.settings import Settings
 from game.contract import TurnRequest
@@ -86,9 +86,8 @@ def test_the_shipped_model_loads_and_says_what_it_is() -> None:
     assert SHIPPED.is_file(), f"{SHIPPED} should ship with the project"
     pipeline = load_pipeline("toy", device="cpu", num_steps=2)
     assert pipeline.config.name == "toy" and pipeline.config.label == LABEL
-    with open(SHIPPED, "rb") as handle:
-        header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-    assert int(header["__metadata__"]["history_window"]) == TOY_HISTORY_WINDOW
+    with safe_open(str(SHIPPED), framework="pt") as handle:
+        assert int(handle.metadata()["history_window"]) == TOY_HISTORY_WINDOW
     assert SHIPPED.stat().st_size < 30 * 2**20
 
 

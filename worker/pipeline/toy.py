@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from game.contract import TOY_LABEL
 from worker.pipeline.config import PipelineConfig, get_config, toy
@@ -78,10 +78,9 @@ def read_toy_checkpoint(path: Path) -> tuple[PipelineConfig, dict[str, dict[str,
             "--out folder). Copy it there, or set ANIMEGAMER_MODEL=tiny for random weights."
         )
     try:
-        tensors = load_file(str(path))
-        with open(path, "rb") as handle:
-            header_size = int.from_bytes(handle.read(8), "little")
-            metadata = json.loads(handle.read(header_size)).get("__metadata__", {})
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
     except (SafetensorError, OSError, ValueError) as exc:
         raise ToyCheckpointError(f"{path} is not a readable safetensors file ({exc}); expected the toy model.") from exc
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
