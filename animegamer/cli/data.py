@@ -7,14 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from animegamer.cli.arguments import positive
 from animegamer.settings import Settings
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "ground-truth state changes into a new folder; manifest.json is written last.",
     )
     toy.add_argument("--out", type=Path, required=True, help="a new or empty folder to write")
-    toy.add_argument("--clips", type=_positive, required=True, help="how many clips (turns) to render")
+    toy.add_argument("--clips", type=positive, required=True, help="how many clips (turns) to render")
     toy.add_argument("--seed", type=int, default=0, help="the same seed writes the same data set (default 0)")
     parser.set_defaults(run=run)
 

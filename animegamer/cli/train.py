@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from animegamer.cli.arguments import non_negative, positive
 from animegamer.settings import Settings
 
 if TYPE_CHECKING:  # training imports torch: only when a command runs
@@ -26,20 +27,6 @@ HELP = (
 )
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("train", help="train the toy-world model's phases", description=__doc__)
     parser.add_argument("phase", choices=PHASES, help=HELP)
@@ -49,12 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--model", choices=("toy", "tiny"), default="toy", help="sizes: toy (the shipped model's) or tiny (tests)"
     )
     single = parser.add_argument_group("one phase's schedule (default: training.config.RECIPE)")
-    single.add_argument("--steps", type=_positive, default=None, help="total steps, counted across resumes")
-    single.add_argument("--batch-size", type=_positive, default=None, help="clips per step and process")
+    single.add_argument("--steps", type=positive, default=None, help="total steps, counted across resumes")
+    single.add_argument("--batch-size", type=positive, default=None, help="clips per step and process")
     single.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
-    single.add_argument("--eval-every", type=_non_negative, default=None, help="steps between evaluations (0: off)")
-    single.add_argument("--checkpoint-every", type=_non_negative, default=None, help="steps between saved states")
-    single.add_argument("--vae-steps", type=_non_negative, default=None, help="phase a: VAE steps (0: random)")
+    single.add_argument("--eval-every", type=non_negative, default=None, help="steps between evaluations (0: off)")
+    single.add_argument("--checkpoint-every", type=non_negative, default=None, help="steps between saved states")
+    single.add_argument("--vae-steps", type=non_negative, default=None, help="phase a: VAE steps (0: random)")
     single.add_argument("--vae-lr", type=float, default=None, help="phase a: the VAE's AdamW learning rate")
     single.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
     parser.set_defaults(run=run)
