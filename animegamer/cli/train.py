@@ -105,5 +105,5 @@ def _all(args: argparse.Namespace, model_config: ToyModelConfig) -> int:
     for phase, seconds in result.seconds.items():
         held_out = f", held-out loss {result.held_out[phase]:.4f}" if phase in result.held_out else ""
         print(f"{phase}: step {result.steps[phase]} in {seconds / 60:.1f} min{held_out}")
-    print(f"Wrote {result.model}; ANIMEGAMER_MODEL=toy loads it from worker/pipeline/toy_weights/toyworld.safetensors")
+    print(f"Wrote {result.model}; copy it to worker/pipeline/toy_weights/toyworld.safetensors to make it the default")
     return 0
