@@ -29,6 +29,13 @@ class TrainConfig:
     vae_batch_size: int = 4  # clips per VAE step and process: its convolutions run at full resolution
     vae_kl_weight: float = 1e-4  # weight of the posterior's mean per-element KL against the pixel MSE
     vae_frames: int = 9  # frames per training crop, 1 + a multiple of 8, the VAE's frame batch (0: whole clip)
+    # Phase (b): the share of its ``steps``, at the end, whose past turns carry the model's own predictions
+    own_history: float = 0.0  # (scheduled sampling, training.phase_b); 0: true pasts throughout
+
+    @property
+    def own_history_steps(self) -> int:
+        """How many of the last steps ``own_history`` is; the first step always has the true past."""
+        return min(round(self.steps * self.own_history), self.steps - 1)
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
@@ -37,6 +44,8 @@ class TrainConfig:
             raise ValueError("vae_steps, vae_frames and vae_kl_weight must be >= 0, vae_batch_size >= 1")
         if self.vae_frames and (self.vae_frames - 1) % 8:
             raise ValueError(f"vae_frames must be 0 or 1 + a multiple of 8, got {self.vae_frames}")
+        if not 0.0 <= self.own_history <= 1.0:
+            raise ValueError(f"own_history is a share of the steps, 0 to 1, got {self.own_history}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0 turns them off)")
 

@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.loop import TrainResult, train
 from training.phase_a import ClipSet, build_initial_vae, v_prediction_loss
 from training.phase_b import OUTPUTS as B_OUTPUTS
-from training.phase_b import PhaseBModel, check_sizes, load_encoder, mllm_forward, phase_data, read_phase
+from training.phase_b import PhaseBModel, check_sizes, load_encoder, own_predictions, phase_data, read_phase
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import release_alphas_cumprod
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
@@ -37,15 +37,12 @@ OUTPUTS = ("decoder.pt", "phase_c.json")
 UNCONDITIONAL = 0.15  # share of training conditions replaced by the unconditional tokens
 
 
-@torch.no_grad()
 def predict_representations(
-    mllm_model: PhaseBModel, episodes: tuple[Episode, ...], config: ToyModelConfig, encoder: nn.Module, batch: int = 8
+    mllm_model: PhaseBModel, episodes: tuple[Episode, ...], config: ToyModelConfig, encoder: nn.Module
 ) -> torch.Tensor:
-    """Phase (b)'s prediction for every turn of ``episodes``, in ClipSet order: `(N, 226, D)`."""
-    data = phase_data(episodes, encoder, config, AnimeGamerTokenizer.tiny())
-    mllm_model.eval()
-    loader = DataLoader(data.samples, batch_size=batch, shuffle=False, collate_fn=data.collate)  # type: ignore[arg-type]
-    return torch.cat([mllm_forward(mllm_model.mllm, b)[0] for b in loader])
+    """Phase (b)'s prediction for every turn of ``episodes`` as inference makes it (past turns carrying its own
+    earlier predictions), in ClipSet order: `(N, 226, D)`."""
+    return own_predictions(mllm_model.mllm, phase_data(episodes, encoder, config, AnimeGamerTokenizer.tiny()))
 
 
 class AdaptSet(Dataset):

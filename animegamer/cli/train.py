@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     single.add_argument("--checkpoint-every", type=non_negative, default=None, help="steps between saved states")
     single.add_argument("--vae-steps", type=non_negative, default=None, help="phase a: VAE steps (0: random)")
     single.add_argument("--vae-lr", type=float, default=None, help="phase a: the VAE's AdamW learning rate")
+    single.add_argument(
+        "--own-history", type=float, default=None, help="phase b: share of steps on its own past predictions"
+    )
     single.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
     parser.set_defaults(run=run)
 
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         "seed": args.seed,
         "vae_steps": args.vae_steps,
         "vae_learning_rate": args.vae_lr,
+        "own_history": args.own_history,
     }
     chosen = {k: v for k, v in overrides.items() if v is not None}
     if args.phase == "all" and chosen:

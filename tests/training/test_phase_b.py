@@ -1,4 +1,5 @@
-"""Phase (b): the batched training forward is inference's two passes, the losses fall, bad inputs are named."""
+"""Phase (b): the batched training forward is inference's two passes, its last steps see the model's own past
+predictions as inference does, the losses fall, bad inputs are named."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from training.dataset import load_toyworld, split
 from training.loop import CheckpointMismatchError, mean
 from training.phase_b import (
     OUTPUTS,
+    TEACHER_STAGE,
+    PhaseData,
     PhaseError,
     PromptCollate,
     TurnSample,
     deltas_of,
     mllm_forward,
+    own_predictions,
     train_phase_b,
     turn_samples,
 )
@@ -27,7 +31,10 @@ from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
 
-CONFIG = TrainConfig(steps=30, batch_size=4, learning_rate=2e-3, eval_every=10, checkpoint_every=10, held_out_every=2)
+# 20 steps on true pasts, then 10 on the model's own predictions
+CONFIG = TrainConfig(
+    steps=30, batch_size=4, learning_rate=2e-3, eval_every=10, checkpoint_every=5, held_out_every=2, own_history=1 / 3
+)
 MODEL = ToyModelConfig()
 N = MODEL.pipeline.num_query_tokens
 
@@ -72,6 +79,31 @@ def test_the_batched_forward_is_what_inference_computes() -> None:
     torch.testing.assert_close(batched_rep[1], mllm.predict_representation(embeds, prompt)[0], atol=1e-5, rtol=1e-4)
 
 
+def test_own_predictions_are_what_inference_predicts_turn_after_turn() -> None:
+    torch.manual_seed(0)
+    tokenizer = AnimeGamerTokenizer.tiny()
+    p = MODEL.pipeline
+    mllm = AnimeGamerMLLM(p.mllm, tokenizer.vocab_size, p.decoder.hidden_size, N).eval()
+    deltas = [StateDeltas(motion=m, social=0, entertainment=1, stamina=-1) for m in (1, 3, 2)]
+    instructions = [
+        "Character: Qiqi; Motion: gently walk; Background: day town.",
+        "Character: Qiqi; Motion: quickly run around; Background: day town.",
+        "Character: Qiqi; Motion: slowly sit down; Background: evening town.",
+    ]
+    encoded = torch.randn(3, N, p.decoder.hidden_size)  # what the encoder made of the true clips
+    samples = [TurnSample(0, (), 0), TurnSample(1, (0,), 1), TurnSample(2, (0, 1), 2)]
+    predicted = own_predictions(mllm, PhaseData(samples, PromptCollate(tokenizer, instructions, deltas, encoded, N)))
+
+    # inference, a turn at a time: each past turn carries what was predicted for it, never the encoded truth
+    past: list[torch.Tensor] = []
+    for k in range(3):
+        history = [HistoryTurn(instruction=instructions[i], representation=b"", deltas=deltas[i]) for i in range(k)]
+        prompt = build_prompt(tokenizer, instructions[k], history, N)
+        with torch.no_grad():
+            past.append(mllm.predict_representation(mllm.embed_prompt(prompt, past), prompt)[0])
+    torch.testing.assert_close(predicted, torch.stack(past), atol=1e-5, rtol=1e-4)
+
+
 def test_targets_are_the_turns_true_strengths(tiny_world: Path) -> None:
     episodes = load_toyworld(tiny_world).episodes
     tokenizer = AnimeGamerTokenizer.tiny()
@@ -99,6 +131,12 @@ def test_loss_falls_and_outputs_are_saved(trained) -> None:
     assert result.eval_losses  # held-out episodes were evaluated
 
 
+def test_the_last_steps_are_trained_apart_from_the_first(trained) -> None:
+    out, result = trained
+    assert (out / TEACHER_STAGE / "state").is_dir()  # the steps on true pasts, finished and kept for a resume
+    assert sorted(result.losses) == list(range(1, CONFIG.steps + 1))  # numbered as one run
+
+
 def test_a_finished_run_resumes_to_nothing(tiny_world: Path, tiny_phase_a: Path, trained) -> None:
     out, _ = trained
     again = train_phase_b(tiny_world, out, tiny_phase_a, CONFIG, MODEL)
@@ -109,13 +147,13 @@ def test_interrupted_and_resumed_equals_uninterrupted(tiny_world: Path, tiny_pha
     _, expected = trained
 
     def crash(step: int, loss: float) -> None:
-        if step == 20:  # just after the step-20 checkpoint
+        if step == 25:  # on the model's own pasts, just after that stage's step-5 checkpoint
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         train_phase_b(tiny_world, tmp_path, tiny_phase_a, CONFIG, MODEL, on_step=crash)
     resumed = train_phase_b(tiny_world, tmp_path, tiny_phase_a, CONFIG, MODEL)
-    assert sorted(resumed.losses) == list(range(21, CONFIG.steps + 1))
+    assert sorted(resumed.losses) == list(range(26, CONFIG.steps + 1))
     assert resumed.losses[CONFIG.steps] == pytest.approx(expected.losses[CONFIG.steps], abs=1e-5)
 
 
