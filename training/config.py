@@ -97,7 +97,10 @@ RECIPE: dict[str, TrainConfig] = {
         vae_learning_rate=2e-3,
         vae_batch_size=4,
     ),
-    # prompts of up to 3 turns are ~950 ids, and attention over them dominates: small batches, more steps
-    "phase-b": TrainConfig(steps=1200, batch_size=4, learning_rate=1e-3, eval_every=300, checkpoint_every=300),
+    # prompts of up to 3 turns are ~950 ids, and attention over them dominates: small batches, more steps; the
+    # last 30% on the model's own past predictions, so that history helps at inference (README, "The toy model")
+    "phase-b": TrainConfig(
+        steps=1400, batch_size=4, learning_rate=1e-3, eval_every=350, checkpoint_every=350, own_history=0.3
+    ),
     "phase-c": TrainConfig(steps=400, batch_size=16, learning_rate=5e-4, eval_every=200, checkpoint_every=200),
 }
