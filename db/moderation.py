@@ -216,6 +216,15 @@ async def set_quota(
     return settings.turns_per_hour, settings.max_queued_turns
 
 
+async def set_history_window(session: AsyncSession, guild_id: int, window: int | None) -> int:
+    """Set how many turns each prompt spans (1: the current one alone); None only reads it."""
+    settings = await get_guild_settings(session, guild_id)
+    if window is not None:
+        settings.history_window = window
+    await session.flush()
+    return settings.history_window
+
+
 async def set_paused(session: AsyncSession, guild_id: int, paused: bool) -> bool:
     """Pause or resume generation; False if it already was so."""
     settings = await get_guild_settings(session, guild_id)

@@ -46,6 +46,7 @@ ADMIN_COMMANDS = [
     ("channels deny", {"channel": CHANNEL}, "channels deny"),
     ("channels list", {}, None),
     ("quota", {"turns_per_hour": 5, "max_queued": 3}, "quota"),
+    ("history", {"window": 3}, "history"),
     ("pause", {}, "pause"),
     ("resume", {}, "resume"),
     ("purge", {"user": ALICE}, "purge"),
@@ -237,6 +238,21 @@ async def test_quota_sets_either_limit_alone(double, bot_settings, sqlite_worker
     assert text.startswith("3 turns per player per hour; at most 4 turns")
     limits = await read_db(bot_settings, select(GuildSettings.turns_per_hour, GuildSettings.max_queued_turns))
     assert limits == [(3, 4)]
+
+
+async def test_history_without_a_window_shows_it_and_audits_nothing(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        text = await admin(double, "history")
+    assert text == "Each turn is made with no past turns."
+    assert await read_db(bot_settings, select(AuditLog.id)) == []
+
+
+async def test_history_sets_the_servers_window(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        text = await admin(double, "history", {"window": 3})
+    assert text == "Each turn is made with the 2 turns before it."
+    assert await read_db(bot_settings, select(GuildSettings.history_window)) == [(3,)]
+    assert await read_db(bot_settings, select(AuditLog.action, AuditLog.details)) == [("history", "3")]
 
 
 async def test_pause_twice_says_it_already_was_and_audits_once(double, bot_settings, sqlite_worker):

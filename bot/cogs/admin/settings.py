@@ -1,4 +1,4 @@
-"""/admin channels allow|deny|list, /admin quota, /admin pause|resume."""
+"""/admin channels allow|deny|list, /admin quota, /admin history, /admin pause|resume."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from discord import app_commands
 
 from bot.errors import Refusal
 from db import moderation
+from game.history import MAX_WINDOW
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -69,6 +70,18 @@ class SettingsCommands:
         await interaction.response.send_message(
             f"{per_hour} turns per player per hour; at most {cap} turns in flight on this server.", ephemeral=True
         )
+
+    @app_commands.command(name="history", description="How many turns the model sees at once (1: the new one alone)")
+    @app_commands.describe(window="turns in each prompt, the new one included")
+    async def history(
+        self, interaction: discord.Interaction, window: app_commands.Range[int, 1, MAX_WINDOW] | None = None
+    ) -> None:
+        async with self.bot.sessions() as session, session.begin():
+            turns = await moderation.set_history_window(session, interaction.guild_id, window)
+            if window is not None:
+                await moderation.audit(session, interaction.guild_id, interaction.user.id, "history", None, str(turns))
+        past = "no past turns" if turns == 1 else f"the {turns - 1} turns before it"
+        await interaction.response.send_message(f"Each turn is made with {past}.", ephemeral=True)
 
     @app_commands.command(name="pause", description="Pause generation on this server")
     async def pause(self, interaction: discord.Interaction) -> None:
