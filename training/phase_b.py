@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
@@ -305,6 +306,25 @@ class _Tagged(Dataset):
         return self.name, self.samples[i]
 
 
+def _stage(
+    model: PhaseBModel,
+    train_data: PhaseData,
+    eval_data: PhaseData,
+    config: TrainConfig,
+    out: Path,
+    sizes: dict[str, object],
+    on_step: OnStep | None,
+    description: str,
+) -> tuple[TrainResult, PhaseBModel, Accelerator]:
+    """One stage of phase (b) on the shared loop; each split keeps its own collate."""
+    held_out = _Tagged("held_out", eval_data.samples) if eval_data.samples else None
+    collate = _Collate(train_data.collate, eval_data.collate)
+    trained, model, accelerator = train(
+        model, _Tagged("train", train_data.samples), held_out, collate, config, out, sizes, on_step, description
+    )
+    return trained, model, accelerator  # type: ignore[return-value]
+
+
 def train_phase_b(
     data: Path,
     out: Path,
@@ -335,30 +355,15 @@ def train_phase_b(
     model = PhaseBModel(model_config, tokenizer)
     own_steps = config.own_history_steps
     teacher = replace(config, steps=config.steps - own_steps)
-    result, model, accelerator = train(
-        model,
-        _Tagged("train", train_data.samples),
-        _Tagged("held_out", eval_data.samples) if eval_data.samples else None,
-        _Collate(train_data.collate, eval_data.collate),
-        teacher,
-        out / TEACHER_STAGE if own_steps else out,
-        sizes,
-        on_step=on_step,
-        description="phase b",
-    )
+    stage_out = out / TEACHER_STAGE if own_steps else out
+    result, model, accelerator = _stage(model, train_data, eval_data, teacher, stage_out, sizes, on_step, "phase b")
     if own_steps:  # past turns now carry the model's own predictions, from the model the first stage left
         train_data, eval_data = with_own_history(train_data, model.mllm), with_own_history(eval_data, model.mllm)
         own, first = replace(config, steps=own_steps, seed=config.seed + 1), teacher.steps
-        own_result, model, accelerator = train(
-            model,
-            _Tagged("train", train_data.samples),
-            _Tagged("held_out", eval_data.samples) if eval_data.samples else None,
-            _Collate(train_data.collate, eval_data.collate),
-            own,
-            out,
-            sizes | {"teacher_steps": first},
-            on_step=None if on_step is None else lambda step, loss: on_step(first + step, loss),
-            description="phase b, own history",
+        shifted = None if on_step is None else lambda step, loss: on_step(first + step, loss)
+        own_sizes = sizes | {"teacher_steps": first}
+        own_result, model, accelerator = _stage(
+            model, train_data, eval_data, own, out, own_sizes, shifted, "phase b, own history"
         )
         result = TrainResult(  # both stages' steps, numbered as one run
             step=first + own_result.step,
