@@ -154,14 +154,13 @@ class PromptCollate:
             history_slots += [(row, start) for start, _ in shifted[:-1]]
             history_clips += list(sample.history)
         targets = ids[:, [length + p + 1 for p in READ_AT]]  # (B, 4): the Strength ids that follow
+        past = self.representations if self.history_representations is None else self.history_representations
         return {
             "ids": ids,
             "valid": valid,
             "frame_spans": frame_spans,
             "history_slots": history_slots,
-            "history": (self.representations if self.history_representations is None else self.history_representations)[
-                history_clips
-            ],  # (M, 226, D)
+            "history": past[history_clips],  # (M, 226, D)
             "target_representation": self.representations[[s.clip for s in samples]],  # (B, 226, D)
             "target_states": targets,
         }
@@ -229,11 +228,17 @@ class PhaseBModel(nn.Module):
         return regression + language
 
 
-def load_encoder(phase_a: Path, config: ToyModelConfig) -> tuple[ClipEncoder, dict[str, Any]]:
+def read_phase_a(phase_a: Path, config: ToyModelConfig) -> dict[str, Any]:
+    """Phase (a)'s record, refused by name when its files are missing or of other sizes."""
     from training.phase_a import OUTPUTS as A_OUTPUTS
 
     meta = read_phase(phase_a, "phase-a", A_OUTPUTS)
     check_sizes(meta, config.sizes(), phase_a / "phase_a.json")
+    return meta
+
+
+def load_encoder(phase_a: Path, config: ToyModelConfig) -> tuple[ClipEncoder, dict[str, Any]]:
+    meta = read_phase_a(phase_a, config)
     encoder = ClipEncoder(config)
     encoder.load_state_dict(torch.load(phase_a / "encoder.pt", weights_only=True))
     return encoder.eval().requires_grad_(False), meta
@@ -247,15 +252,23 @@ class PhaseData:
     collate: PromptCollate
 
 
+def prompt_data(
+    episodes: tuple[Episode, ...], representations: torch.Tensor, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer
+) -> PhaseData:
+    """The turns of ``episodes`` as prompts, with ``representations`` `(N, 226, D)` as their targets."""
+    instructions = [clip.instruction for episode in episodes for clip in episode.clips]
+    collate = PromptCollate(
+        tokenizer, instructions, deltas_of(episodes), representations, config.pipeline.num_query_tokens
+    )
+    return PhaseData(turn_samples(episodes, config.history_window), collate)
+
+
 def phase_data(
     episodes: tuple[Episode, ...], encoder: ClipEncoder, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer
 ) -> PhaseData:
-    clips = ClipSet(episodes)
-    representations = encode_representations(encoder, clips, config.max_instruction_bytes)
-    collate = PromptCollate(
-        tokenizer, clips.instructions, deltas_of(episodes), representations, config.pipeline.num_query_tokens
-    )
-    return PhaseData(turn_samples(episodes, config.history_window), collate)  # the frames are dropped here
+    """The prompts, their targets the encoder's representations of the true clips (read here, then dropped)."""
+    representations = encode_representations(encoder, ClipSet(episodes), config.max_instruction_bytes)
+    return prompt_data(episodes, representations, config, tokenizer)
 
 
 @torch.no_grad()
@@ -263,12 +276,14 @@ def own_predictions(mllm: AnimeGamerMLLM, data: PhaseData, batch: int = 8) -> to
     """Every turn's representation as inference predicts it, in ClipSet order: `(N, 226, D)`.
 
     Turn k's past turns carry the predictions already made for turns before k, so the first turns of all episodes
-    go first, then the second turns, and so on; past states stay the true ones (the model gets 75-93% of them right).
+    go first, then the second turns, and so on; past states stay the true ones (the model gets most of them right).
+    The targets are not read: ``data`` may carry none.
     """
     was_training = mllm.training
     mllm.eval()
-    predicted = torch.zeros_like(data.collate.representations)
-    own = replace(data.collate, history_representations=predicted)  # filled in below, turn by turn
+    predicted = torch.zeros(len(data.collate.instructions), mllm.num_query_tokens, mllm.representation_dim)
+    # filled in below, turn by turn; standing in for the targets too, which the representation pass never reads
+    own = replace(data.collate, representations=predicted, history_representations=predicted)
     for turn in range(1 + max((s.turn for s in data.samples), default=-1)):
         samples = [s for s in data.samples if s.turn == turn]
         for start in range(0, len(samples), batch):

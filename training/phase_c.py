@@ -26,7 +26,7 @@ from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.loop import TrainResult, train
 from training.phase_a import ClipSet, build_initial_vae, v_prediction_loss
 from training.phase_b import OUTPUTS as B_OUTPUTS
-from training.phase_b import PhaseBModel, check_sizes, load_encoder, own_predictions, phase_data, read_phase
+from training.phase_b import PhaseBModel, check_sizes, own_predictions, prompt_data, read_phase, read_phase_a
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import release_alphas_cumprod
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
@@ -38,11 +38,12 @@ UNCONDITIONAL = 0.15  # share of training conditions replaced by the uncondition
 
 
 def predict_representations(
-    mllm_model: PhaseBModel, episodes: tuple[Episode, ...], config: ToyModelConfig, encoder: nn.Module
+    mllm_model: PhaseBModel, episodes: tuple[Episode, ...], config: ToyModelConfig
 ) -> torch.Tensor:
     """Phase (b)'s prediction for every turn of ``episodes`` as inference makes it (past turns carrying its own
-    earlier predictions), in ClipSet order: `(N, 226, D)`."""
-    return own_predictions(mllm_model.mllm, phase_data(episodes, encoder, config, AnimeGamerTokenizer.tiny()))
+    earlier predictions), in ClipSet order: `(N, 226, D)`. No targets are needed, so no encoder."""
+    prompts = prompt_data(episodes, torch.empty(0), config, AnimeGamerTokenizer.tiny())
+    return own_predictions(mllm_model.mllm, prompts)
 
 
 class AdaptSet(Dataset):
@@ -105,7 +106,7 @@ def train_phase_c(
     out, phase_a, phase_b = Path(out), Path(phase_a), Path(phase_b)
 
     # 1. The earlier phases' outputs, refused by name when missing or of other sizes
-    encoder, meta_a = load_encoder(phase_a, model_config)
+    meta_a = read_phase_a(phase_a, model_config)
     meta_b = read_phase(phase_b, "phase-b", B_OUTPUTS)
     check_sizes(meta_b, model_config.sizes() | model_config.mllm_sizes(), phase_b / "phase_b.json")
     tokenizer = AnimeGamerTokenizer.tiny()
@@ -124,7 +125,7 @@ def train_phase_c(
     for episodes in (training, held_out):
         clips = ClipSet(episodes)
         clips.encode(vae, scaling)
-        sets.append(AdaptSet(clips, predict_representations(mllm_model, episodes, model_config, encoder)))
+        sets.append(AdaptSet(clips, predict_representations(mllm_model, episodes, model_config)))
         clips.frames = torch.empty(0)  # the latents are all the loop needs
     logger.info("phase c: %d training clips, %d held out", len(sets[0]), len(sets[1]))
     sizes = model_config.sizes() | model_config.mllm_sizes()
