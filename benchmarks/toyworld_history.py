@@ -2,11 +2,12 @@
 
     python benchmarks/toyworld_history.py --run RUN [--checkpoint PATH] [--episodes 20] [--threads N]
 
-Phase (b) trains the MLLM with past turns carrying the phase-(a) encoder's representation of the *true* past clip;
-in the game a past turn carries the MLLM's own prediction. On unseen two-turn episodes this prints the second
-clip's per-pixel error against the rendered truth when the prompt holds no past turn, the true past clip's encoder
-representation (what training saw; needs the run's ``phase_a/encoder.pt``), or the model's own first-turn
-prediction (what the game feeds back), and how far those two representations are apart.
+Phase (b) trains the MLLM mostly with past turns carrying the phase-(a) encoder's representation of the *true*
+past clip, then (its ``own_history`` share) with its own predictions; in the game a past turn carries the MLLM's
+own prediction. On unseen two-turn episodes this prints the second clip's per-pixel error against the rendered
+truth when the prompt holds no past turn, the true past clip's encoder representation (needs the run's
+``phase_a/encoder.pt``), or the model's own first-turn prediction (what the game feeds back), and how far those two
+representations are apart.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     pipeline = load_toy_pipeline(args.checkpoint)
-    encoder = ClipEncoder(ToyModelConfig(pipeline=toy())).eval()
+    model_config = ToyModelConfig(pipeline=toy())
+    encoder = ClipEncoder(model_config).eval()
     encoder.load_state_dict(torch.load(args.run / "phase_a" / "encoder.pt", weights_only=True))
     with tempfile.TemporaryDirectory() as tmp:
         write_toyworld(Path(tmp) / "eval", clips=FRESH_CLIPS, seed=FRESH_SEED)
@@ -56,19 +58,21 @@ def main() -> None:
         episodes = [e for e in world.episodes if len(e.clips) >= 2][: args.episodes]
         frames = [e.frames()[:2] for e in episodes]  # (2, T, H, W, 3) each
 
-    errors: dict[str, list[float]] = {"no past turn": [], "true past clip (as trained)": [], "own prediction": []}
+    errors: dict[str, list[float]] = {"no past turn": [], "true past clip": [], "own prediction": []}
     cosines, norm_ratio = [], []
     for index, (episode, clips) in enumerate(zip(episodes, frames, strict=True)):
         first, second = episode.clips[0], episode.clips[1]
         with torch.no_grad():
-            true_rep = encoder(frames_to_tensor(clips[:1]), instruction_bytes([first.instruction], 128))[0]
+            true_rep = encoder(
+                frames_to_tensor(clips[:1]), instruction_bytes([first.instruction], model_config.max_instruction_bytes)
+            )[0]
         own = pipeline(TurnRequest(job_id=f"h{index}a", instruction=first.instruction, seed=index))
         own_rep = load_safetensors(own.representation)[REPRESENTATION_KEY].float()
         cosines.append(float(torch.nn.functional.cosine_similarity(true_rep, own_rep, dim=-1).mean()))
         norm_ratio.append(float(own_rep.norm(dim=-1).mean() / true_rep.norm(dim=-1).mean()))
         past = {
             "no past turn": None,
-            "true past clip (as trained)": save_safetensors({REPRESENTATION_KEY: true_rep.half().contiguous()}),
+            "true past clip": save_safetensors({REPRESENTATION_KEY: true_rep.half().contiguous()}),
             "own prediction": own.representation,
         }
         for name, representation in past.items():

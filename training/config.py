@@ -98,7 +98,7 @@ RECIPE: dict[str, TrainConfig] = {
         vae_batch_size=4,
     ),
     # prompts of up to 3 turns are ~950 ids, and attention over them dominates: small batches, more steps; the
-    # last 30% on the model's own past predictions, so that history helps at inference (README, "The toy model")
+    # last 30% on the model's own past predictions, so that feeding them back does not hurt (README, "The toy model")
     "phase-b": TrainConfig(
         steps=1400, batch_size=4, learning_rate=1e-3, eval_every=350, checkpoint_every=350, own_history=0.3
     ),
