@@ -3,8 +3,14 @@
 from .payloads import (
     ADMINISTRATOR,
     ALL_PERMISSIONS,
+    ATTACH_FILES,
     DEFAULT_PERMISSIONS,
+    EMBED_LINKS,
     MANAGE_GUILD,
+    READ_MESSAGE_HISTORY,
+    SEND_MESSAGES,
+    SEND_MESSAGES_IN_THREADS,
+    VIEW_CHANNEL,
     Channel,
     Guild,
     Member,
@@ -15,16 +21,26 @@ from .payloads import (
     member,
     shard_for,
     snowflake,
+    thread,
 )
-from .server import DiscordDouble, InteractionHandle, Recorded, Session
+from .server import CALLBACK_PATH, WEBHOOK_PATH, DiscordDouble, Fault, InteractionHandle, Recorded, Session
 
 __all__ = [
     "ADMINISTRATOR",
     "ALL_PERMISSIONS",
+    "ATTACH_FILES",
+    "CALLBACK_PATH",
     "DEFAULT_PERMISSIONS",
+    "EMBED_LINKS",
     "MANAGE_GUILD",
+    "READ_MESSAGE_HISTORY",
+    "SEND_MESSAGES",
+    "SEND_MESSAGES_IN_THREADS",
+    "VIEW_CHANNEL",
+    "WEBHOOK_PATH",
     "Channel",
     "DiscordDouble",
+    "Fault",
     "Guild",
     "InteractionHandle",
     "Member",
@@ -37,4 +53,5 @@ __all__ = [
     "member",
     "shard_for",
     "snowflake",
+    "thread",
 ]

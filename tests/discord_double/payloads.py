@@ -16,6 +16,12 @@ from typing import Any, NamedTuple
 DISCORD_EPOCH_MS = 1_420_070_400_000
 MANAGE_GUILD = 1 << 5
 ADMINISTRATOR = 1 << 3
+VIEW_CHANNEL = 1 << 10
+SEND_MESSAGES = 1 << 11
+EMBED_LINKS = 1 << 14
+ATTACH_FILES = 1 << 15
+READ_MESSAGE_HISTORY = 1 << 16
+SEND_MESSAGES_IN_THREADS = 1 << 38
 ALL_PERMISSIONS = (1 << 51) - 1
 # What @everyone may do on a fresh server: read, talk, attach, use commands.
 DEFAULT_PERMISSIONS = (
@@ -53,6 +59,7 @@ class User:
     avatar: str | None = None
     discriminator: str = "0"
     bot: bool = False
+    dms_open: bool = True  # False: the user blocks DMs from server members, so the bot's DM post gets 403 50007
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -133,15 +140,43 @@ class Role:
         }
 
 
+DM, TEXT, PUBLIC_THREAD = 1, 0, 11  # channel types
+THREAD_TYPES = (10, 11, 12)
+
+
 @dataclass
 class Channel:
+    """A guild channel, thread or DM.
+
+    ``bot_permissions`` is what the bot may do here (None: its guild permissions, or a thread's parent's); the
+    double enforces it on ``POST /channels/{id}/messages``, sends it as the interaction's ``app_permissions`` and
+    shows it to discord.py as a member overwrite, so ``channel.permissions_for(guild.me)`` agrees.
+    A thread (``type=11``) needs ``parent_id``; ``Guild`` fills it with its first channel when left None.
+    """
+
     name: str = "general"
     id: int = field(default_factory=snowflake)
-    type: int = 0  # GUILD_TEXT
+    type: int = TEXT
     position: int = 0
     guild_id: int | None = None
+    bot_permissions: int | None = None
+    parent_id: int | None = None  # threads
+    archived: bool = False
+    locked: bool = False
+    auto_archive_duration: int = 1440
+    archive_timestamp: str = field(default_factory=now_iso)
+    owner_id: int | None = None  # who started the thread; Guild fills in its owner
+    recipient: User | None = None  # DMs
 
-    def payload(self) -> dict[str, Any]:
+    @property
+    def is_thread(self) -> bool:
+        return self.type in THREAD_TYPES
+
+    def payload(self, *, bot_id: int | None = None, base_permissions: int = DEFAULT_PERMISSIONS) -> dict[str, Any]:
+        """Given the bot's id, a channel with ``bot_permissions`` carries the overwrite that yields them."""
+        if self.type == DM:
+            recipients = [self.recipient.payload()] if self.recipient else []
+            return {"id": str(self.id), "type": DM, "last_message_id": None, "recipients": recipients, "flags": 0}
         data: dict[str, Any] = {
             "id": str(self.id),
             "type": self.type,
@@ -149,7 +184,7 @@ class Channel:
             "position": self.position,
             "permission_overwrites": [],
             "nsfw": False,
-            "parent_id": None,
+            "parent_id": str(self.parent_id) if self.parent_id is not None else None,
             "topic": None,
             "rate_limit_per_user": 0,
             "last_message_id": None,
@@ -157,7 +192,27 @@ class Channel:
         }
         if self.guild_id is not None:
             data["guild_id"] = str(self.guild_id)
+        if self.is_thread:
+            data["owner_id"] = str(self.owner_id or 0)
+            data["message_count"] = data["member_count"] = data["total_message_sent"] = 0
+            data["thread_metadata"] = {
+                "archived": self.archived,
+                "locked": self.locked,
+                "auto_archive_duration": self.auto_archive_duration,
+                "archive_timestamp": self.archive_timestamp,
+                "create_timestamp": self.archive_timestamp,
+                "invitable": True,
+            }
+        elif bot_id is not None and self.bot_permissions is not None:
+            wanted = ALL_PERMISSIONS if self.bot_permissions & ADMINISTRATOR else self.bot_permissions
+            allow, deny = wanted & ~base_permissions, base_permissions & ~wanted
+            data["permission_overwrites"] = [{"id": str(bot_id), "type": 1, "allow": str(allow), "deny": str(deny)}]
         return data
+
+
+def thread(name: str = "thread", parent: Channel | None = None, **fields: Any) -> Channel:
+    """A public thread; under the guild's first channel unless ``parent`` says otherwise."""
+    return Channel(name, type=PUBLIC_THREAD, parent_id=parent.id if parent else None, **fields)
 
 
 @dataclass
@@ -173,6 +228,9 @@ class Guild:
     def __post_init__(self) -> None:
         for channel in self.channels:
             channel.guild_id = self.id
+            if channel.is_thread:
+                channel.parent_id = channel.parent_id or next(c.id for c in self.channels if not c.is_thread)
+                channel.owner_id = channel.owner_id or self.owner.id
         if self.owner not in self.members:
             self.members.insert(0, self.owner)
 
@@ -193,6 +251,7 @@ class Guild:
     def payload(self, bot: Member) -> dict[str, Any]:
         """The GUILD_CREATE body: discord.py builds its whole guild cache from this one event."""
         members = [*self.members, bot]
+        base = self.everyone().permissions  # the bot has no roles, so discord.py starts from @everyone's
         return {
             "id": str(self.id),
             "name": self.name,
@@ -215,8 +274,9 @@ class Guild:
             "roles": [r.payload() for r in [self.everyone(), *self.roles]],
             "emojis": [],
             "stickers": [],
-            "channels": [c.payload() for c in self.channels],
-            "threads": [],
+            # Like Discord, only the active threads: discord.py drops a thread from its cache once archived.
+            "channels": [c.payload(bot_id=bot.id, base_permissions=base) for c in self.channels if not c.is_thread],
+            "threads": [c.payload() for c in self.channels if c.is_thread and not c.archived],
             "members": [m.payload() for m in members],
             "presences": [],
             "voice_states": [],

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 import discord
@@ -23,9 +26,18 @@ import yarl
 from aiohttp import WSMsgType, web
 
 from .payloads import (
+    ADMINISTRATOR,
+    ALL_PERMISSIONS,
+    ATTACH_FILES,
     DEFAULT_ATTACHMENT_SIZE_LIMIT,
     DEFAULT_PERMISSIONS,
+    DM,
+    EMBED_LINKS,
     LOADING,
+    READ_MESSAGE_HISTORY,
+    SEND_MESSAGES,
+    SEND_MESSAGES_IN_THREADS,
+    VIEW_CHANNEL,
     Channel,
     Guild,
     Member,
@@ -45,6 +57,10 @@ log = logging.getLogger(__name__)
 ClientT = TypeVar("ClientT", bound=discord.Client)
 
 API_PREFIX = "/api/v10"
+HEARTBEAT_ACK_DELAY = 0.02  # seconds: a round trip to Discord's gateway
+# For ``double.fail``: every interaction callback, and every followup / webhook message call.
+CALLBACK_PATH = r"/interactions/\d+/[^/]+/callback"
+WEBHOOK_PATH = r"/webhooks/\d+/[^/]+(?:/messages/(?:@original|\d+))?"
 
 
 @dataclass
@@ -58,6 +74,7 @@ class Recorded:
     headers: dict[str, str]
     query: dict[str, str]
     status: int = 0
+    at: float = 0.0  # time.monotonic() when the request arrived
 
 
 @dataclass
@@ -73,6 +90,42 @@ class Session:
     sent: list[dict[str, Any]] = field(default_factory=list)
     guild_ids: list[int] = field(default_factory=list)
     resumes: int = 0
+
+
+@dataclass
+class Fault:
+    """What ``double.fail`` installed: the next ``times`` matching requests get this answer (None: all)."""
+
+    method: str
+    pattern: re.Pattern[str]
+    status: int
+    code: int
+    message: str
+    times: int | None
+    delay: float
+    retry_after: float | None
+    hits: int = 0
+    cleared: bool = False
+
+    @property
+    def active(self) -> bool:
+        return not self.cleared and (self.times is None or self.hits < self.times)
+
+    def takes(self, rec: Recorded) -> bool:
+        return self.active and self.method == rec.method and self.pattern.fullmatch(rec.path) is not None
+
+    def clear(self) -> None:
+        self.cleared = True
+
+    def answer(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The body and headers; a 429 is Discord's, with the ``Via`` header discord.py needs to trust it."""
+        headers = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(math.ceil(self.retry_after))
+        if self.status == 429:
+            headers.update({"X-RateLimit-Scope": "user", "Via": "1.1 google"})
+            return {"message": self.message, "retry_after": self.retry_after, "global": False}, headers
+        return {"message": self.message, "code": self.code}, headers
 
 
 class ApiError(Exception):
@@ -95,13 +148,49 @@ class InteractionHandle:
     original_id: int | None = None
     deferred: bool = False  # the first followup fills the "thinking" message, as Discord does
     responded: bool = False
+    dispatched_at: float = 0.0  # time.monotonic() when INTERACTION_CREATE went out
+    first_callback_seconds: float | None = None  # dispatch to the first callback's arrival, accepted or not
+
+    @property
+    def late(self) -> bool:
+        """The first callback came after the deadline, or none came and the deadline has passed."""
+        waited = self.first_callback_seconds
+        if waited is None:
+            waited = time.monotonic() - self.dispatched_at
+        return waited > self.double.interaction_deadline
 
     async def response(self, timeout: float = 5.0) -> Recorded:
         """The interaction callback (type 4 message, 5 defer, 7 update, 8 choices, 9 modal, ...)."""
         path = rf"/interactions/{self.id}/{re.escape(self.token)}/callback"
         return await self.double.wait_for("POST", path, timeout=timeout, consume=False)
 
+    async def answer(self, timeout: float = 10.0) -> Recorded:
+        """What the user first reads in reply: the callback's message, or, after a defer ("thinking…"),
+        the first followup or edit of the deferred message (whichever the bot sent first)."""
+        callback = await self.response(timeout)
+        if (callback.json or {}).get("type") != 5:
+            return callback
+        token = re.escape(self.token)
+        followup, edit = rf"/webhooks/\d+/{token}", rf"/webhooks/\d+/{token}/messages/@original"
+
+        def first() -> Recorded | None:
+            return next(
+                (
+                    c
+                    for c in self.double.calls
+                    if c.status < 300
+                    and (
+                        (c.method == "POST" and re.fullmatch(followup, c.path))
+                        or (c.method == "PATCH" and re.fullmatch(edit, c.path))
+                    )
+                ),
+                None,
+            )
+
+        return await self.double.wait_until(first, timeout, f"an answer to interaction {self.id}")
+
     async def followups(self, count: int = 1, timeout: float = 5.0) -> list[Recorded]:
+        """Followup posts to this interaction's webhook, refused ones included (see ``status``)."""
         path = rf"/webhooks/\d+/{re.escape(self.token)}"
         await self.double.wait_until(
             lambda: len(self.double.calls_to("POST", path)) >= count, timeout, f"{count} followup(s) to {self.id}"
@@ -125,6 +214,11 @@ Handler = Callable[..., Any]
 class DiscordDouble:
     """``async with DiscordDouble() as double:`` serves on a free loopback port and points discord.py at it.
 
+    ``strict=True`` enforces the interaction deadline: a callback arriving more than ``interaction_deadline``
+    seconds after the dispatch is answered 404 10062 Unknown interaction, and followups to an interaction that
+    was never acknowledged 404 10015. In both modes webhook calls more than ``token_lifetime`` seconds after the
+    dispatch are answered 404 10015 Unknown Webhook, and handles record when their first callback came.
+
     Route.BASE and DiscordWebSocket.DEFAULT_GATEWAY are pointed on entry and restored on exit, whoever changed
     them in between, so a test cannot leak a loopback URL into the next one.
     """
@@ -139,7 +233,13 @@ class DiscordDouble:
         heartbeat_interval_ms: int = 41_250,
         attachment_size_limit: int = DEFAULT_ATTACHMENT_SIZE_LIMIT,
         token: str | None = None,
+        strict: bool = False,
+        interaction_deadline: float = 3.0,
+        token_lifetime: float = 900.0,
     ) -> None:
+        self.strict = strict
+        self.interaction_deadline = interaction_deadline
+        self.token_lifetime = token_lifetime
         self.token = token  # when set, REST calls with any other bot token get 401
         self.guilds = guilds if guilds is not None else [Guild()]
         self.bot = bot or User("animegamer", bot=True)
@@ -158,6 +258,9 @@ class DiscordDouble:
         self.shards: dict[int, Session] = {}  # shard id -> its latest session
         self.modals: dict[str, dict[str, Any]] = {}  # custom_id -> the modal the bot opened
         self.interactions: dict[str, InteractionHandle] = {}
+        self.faults: list[Fault] = []
+        self._dm_channels: dict[int, Channel] = {}  # recipient's user id -> the DM channel
+        self._seen_users: dict[int, User] = {}  # users the double sent as interaction authors or options
         self._messages: dict[int, StoredMessage] = {}
         self._by_nonce: dict[tuple[int, str], StoredMessage] = {}
         self._consumed: set[int] = set()
@@ -186,6 +289,7 @@ class DiscordDouble:
                 ("POST", r"/channels/\d+/typing", lambda rec: None),
                 ("GET", r"/channels/(?P<cid>\d+)", self._get_channel),
                 ("GET", r"/guilds/(?P<gid>\d+)/members/(?P<uid>\d+)", self._get_member),
+                ("POST", r"/users/@me/channels", self._open_dm),
             ]
         ]
 
@@ -309,6 +413,77 @@ class DiscordDouble:
     def message(self, message_id: int) -> StoredMessage | None:
         return self._messages.get(message_id)
 
+    def dms(self, user: User | Member | int) -> list[StoredMessage]:
+        """What the bot sent to ``user``'s DM channel, oldest first."""
+        user_id = user if isinstance(user, int) else user.id
+        channel = self._dm_channels.get(user_id)
+        return self.messages(channel.id) if channel else []
+
+    def late_interactions(self) -> list[InteractionHandle]:
+        """Interactions whose first callback missed the deadline, or that have none once it passed."""
+        return [h for h in self.interactions.values() if h.late]
+
+    def bot_permissions_in(self, channel: Channel) -> int:
+        """The channel's ``bot_permissions``, else its parent's (threads), else the bot member's guild ones."""
+        perms = channel.bot_permissions
+        if perms is None and channel.parent_id is not None:
+            parent = self._channel(channel.parent_id)
+            perms = parent.bot_permissions if parent else None
+        if perms is None:
+            return self.bot_member.computed_permissions
+        return ALL_PERMISSIONS if perms & ADMINISTRATOR else perms
+
+    # -- faults and changes ------------------------------------------------------------------------------
+
+    def fail(
+        self,
+        method: str,
+        path_regex: str,
+        *,
+        status: int = 500,
+        code: int = 0,
+        message: str | None = None,
+        times: int | None = 1,
+        delay: float = 0.0,
+        retry_after: float | None = None,
+    ) -> Fault:
+        """Answer the next ``times`` matching REST requests (None: all, until cleared) with an error.
+
+        ``path_regex`` is fullmatched against the path after /api/v10, as in ``calls_to``. ``delay`` sleeps
+        before answering; ``status=0`` then handles the request as usual (a slow Discord). ``status=429`` is a
+        rate limit (``retry_after`` seconds, default 1) that discord.py sleeps out and retries. Faulted requests
+        are still recorded in ``calls`` with the status they got.
+        """
+        if message is None:
+            message = "You are being rate limited." if status == 429 else _status_message(status)
+        if status == 429 and retry_after is None:
+            retry_after = 1.0
+        fault = Fault(method.upper(), re.compile(path_regex), status, code, message, times, delay, retry_after)
+        self.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        for fault in self.faults:
+            fault.clear()
+        self.faults.clear()
+
+    async def archive(self, thread: Channel) -> None:
+        """Archive a thread, telling the client (THREAD_UPDATE); posts to it then get 400 50083."""
+        assert thread.is_thread, f"{thread.name} is not a thread (type {thread.type})"
+        thread.archived, thread.archive_timestamp = True, now_iso()
+        await self.dispatch("THREAD_UPDATE", thread.payload(), guild_id=thread.guild_id)
+
+    async def delete_channel(self, channel: Channel) -> None:
+        """Delete a channel (and its threads) or a thread, telling the client; posts to it then get 404 10003."""
+        guild = self._guild(channel.guild_id)
+        assert guild is not None and channel in guild.channels, f"{channel.name} is in none of the double's guilds"
+        guild.channels = [c for c in guild.channels if c is not channel and c.parent_id != channel.id]
+        if channel.is_thread:
+            data = {"id": str(channel.id), "guild_id": str(guild.id), "parent_id": str(channel.parent_id)}
+            await self.dispatch("THREAD_DELETE", {**data, "type": channel.type}, guild_id=guild.id)
+        else:
+            await self.dispatch("CHANNEL_DELETE", channel.payload(), guild_id=guild.id)
+
     # -- gateway -----------------------------------------------------------------------------------------
 
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
@@ -325,6 +500,10 @@ class DiscordDouble:
                 op, data = frame.get("op"), frame.get("d")
                 if op == 1:
                     self.heartbeats += 1
+                    # A real gateway's ack takes a network round trip. An instant one can reach discord.py
+                    # before its keep-alive thread records the send, which it then reports as the whole
+                    # heartbeat interval of latency ("Can't keep up, ... 41.3s behind").
+                    await asyncio.sleep(HEARTBEAT_ACK_DELAY)
                     await ws.send_json({"op": 11})
                 elif op == 2:
                     session = await self._identify(ws, data)
@@ -414,11 +593,14 @@ class DiscordDouble:
 
     async def dispatch(self, event: str, data: dict[str, Any], *, guild_id: int | None = None) -> None:
         """Send a gateway event to the shard that owns ``guild_id`` (shard 0 without one)."""
+        await self._send_event(await self._session_for(guild_id), event, data)
+
+    async def _session_for(self, guild_id: int | None) -> Session:
         await self.wait_until(lambda: self.shards, 5.0, "a gateway session")
         count = next(iter(self.shards.values())).shard_count
         shard = shard_for(guild_id, count) if guild_id is not None else 0
         await self.wait_until(lambda: shard in self.shards, 5.0, f"shard {shard} to identify")
-        await self._send_event(self.shards[shard], event, data)
+        return self.shards[shard]
 
     async def reconnect(self, shard_id: int = 0) -> None:
         """Ask the client to reconnect (op 7); it comes back with RESUME on READY's resume_gateway_url."""
@@ -532,6 +714,9 @@ class DiscordDouble:
         focused: str | None,
     ) -> dict[str, Any]:
         name, *path = command.split()
+        for value in options.values():
+            if isinstance(value, Member | User):
+                self._seen_users[value.id] = value if isinstance(value, User) else value.user
         guild = self._guild(guild_id) or self.guild
         scope, schema = next(
             (
@@ -580,6 +765,9 @@ class DiscordDouble:
         if channel is None:
             raise LookupError(f"no channel {channel_id} in guild {guild.id}")
         who = user if isinstance(user, Member) else Member(user=user) if user is not None else self.player
+        self._seen_users[who.id] = who.user
+        if app_permissions is None:
+            app_permissions = self.bot_permissions_in(channel)
         payload = interaction_payload(
             type=type,
             data=data,
@@ -587,7 +775,7 @@ class DiscordDouble:
             guild=guild,
             channel=channel,
             user=who,
-            app_permissions=app_permissions if app_permissions is not None else self.bot_member.computed_permissions,
+            app_permissions=app_permissions,
             attachment_size_limit=attachment_size_limit or self.attachment_size_limit,
             locale=locale,
             message=message,
@@ -597,18 +785,39 @@ class DiscordDouble:
         payload.update(id=str(interaction_id), token=token)
         handle = InteractionHandle(self, interaction_id, token, type, guild.id, channel.id, payload)
         self.interactions[token] = handle
-        await self.dispatch("INTERACTION_CREATE", payload, guild_id=guild.id)
+        session = await self._session_for(guild.id)
+        handle.dispatched_at = time.monotonic()  # before sending: the client may answer before send returns
+        await self._send_event(session, "INTERACTION_CREATE", payload)
         return handle
 
     # -- REST --------------------------------------------------------------------------------------------
 
     async def _rest(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
         body, files = await _read_body(request)
-        rec = Recorded(
-            request.method, "/" + request.match_info["tail"], body, files, dict(request.headers), dict(request.query)
-        )
+        path, headers = "/" + request.match_info["tail"], dict(request.headers)
+        rec = Recorded(request.method, path, body, files, headers, dict(request.query), at=arrived)
+        self._note_callback(rec)
+        fault = next((f for f in self.faults if f.takes(rec)), None)
+        if fault is not None:
+            fault.hits += 1
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+        if fault is not None and fault.status:
+            result, extra = fault.answer()
+            return await self._answer(rec, fault.status, result, extra)
+        status, result = self._route(rec, request.headers.get("Authorization"))
+        return await self._answer(rec, status, result)
+
+    def _note_callback(self, rec: Recorded) -> None:
+        match = re.fullmatch(r"/interactions/(?P<iid>\d+)/(?P<token>[^/]+)/callback", rec.path)
+        handle = self.interactions.get(match["token"]) if match and rec.method == "POST" else None
+        if handle is not None and handle.id == int(match["iid"]) and handle.first_callback_seconds is None:
+            handle.first_callback_seconds = rec.at - handle.dispatched_at
+
+    def _route(self, rec: Recorded, auth: str | None) -> tuple[int, Any]:
+        """Auth is ``None`` on interaction and webhook calls, which carry no bot token."""
         status, result = 404, {"message": f"404: the double has no route for {rec.method} {rec.path}", "code": 0}
-        auth = request.headers.get("Authorization")  # interaction and webhook calls carry none
         if self.token is not None and auth is not None and auth != f"Bot {self.token}":
             # What Discord answers a wrong bot token; discord.py turns it into LoginFailure at login.
             status, result = 401, {"message": "401: Unauthorized", "code": 0}
@@ -622,6 +831,11 @@ class DiscordDouble:
                 break
         if result is None and status == 200:
             status = 204
+        return status, result
+
+    async def _answer(
+        self, rec: Recorded, status: int, result: Any, headers: dict[str, str] | None = None
+    ) -> web.Response:
         rec.status = status
         self.calls.append(rec)
         log.debug("%s %s -> %s", rec.method, rec.path, status)
@@ -629,7 +843,7 @@ class DiscordDouble:
         if status == 204:
             return web.Response(status=204)
         # discord.py parses JSON only when the header is exactly this: no "; charset=utf-8".
-        headers = {"Content-Type": "application/json"}
+        headers = {**(headers or {}), "Content-Type": "application/json"}
         return web.Response(status=status, body=json.dumps(result).encode(), headers=headers)
 
     async def _attachment(self, request: web.Request) -> web.Response:
@@ -690,6 +904,8 @@ class DiscordDouble:
         handle = self.interactions.get(token)
         if handle is None or handle.id != int(iid):
             raise ApiError(404, 10062, "Unknown interaction")
+        if self.strict and rec.at - handle.dispatched_at > self.interaction_deadline:
+            raise ApiError(404, 10062, "Unknown interaction")  # the token is no longer valid for a callback
         if handle.responded:
             raise ApiError(400, 40060, "Interaction has already been acknowledged.")
         handle.responded = True
@@ -719,15 +935,17 @@ class DiscordDouble:
         interaction["response_message_id"] = str(message.id)
         return {"interaction": interaction, "resource": {"type": kind, "message": message.payload()}}
 
-    def _handle(self, token: str) -> InteractionHandle:
+    def _handle(self, rec: Recorded, token: str) -> InteractionHandle:
         handle = self.interactions.get(token)
-        if handle is None:
+        if handle is None or rec.at - handle.dispatched_at > self.token_lifetime:
             raise ApiError(404, 10015, "Unknown Webhook")
+        if self.strict and not handle.responded:
+            raise ApiError(404, 10015, "Unknown Webhook")  # an interaction never acknowledged has no webhook
         return handle
 
     def _followup(self, rec: Recorded, token: str) -> dict[str, Any]:
-        handle = self._handle(token)
-        if handle.deferred and handle.original:
+        handle = self._handle(rec, token)
+        if handle.deferred and handle.original and not handle.original.deleted:
             handle.deferred = False
             message = handle.original
             message.flags &= ~LOADING
@@ -738,7 +956,7 @@ class DiscordDouble:
         return message.payload()
 
     def _webhook_message(self, rec: Recorded, token: str, mid: str) -> dict[str, Any] | None:
-        handle = self._handle(token)
+        handle = self._handle(rec, token)
         if mid == "@original":
             handle.deferred = False  # editing the "thinking" message replaces it
             message_id = handle.original_id
@@ -763,9 +981,10 @@ class DiscordDouble:
         return message.payload()
 
     def _create_channel_message(self, rec: Recorded, cid: str) -> dict[str, Any]:
-        if self._channel(int(cid)) is None:
+        channel = self._channel(int(cid))
+        if channel is None:
             raise ApiError(404, 10003, "Unknown Channel")
-        payload = rec.json or {}
+        payload = self._allowed_post(channel, rec.json or {}, rec.files)
         # Discord's enforce_nonce: the same nonce from the same author in the same channel, within a
         # few minutes, returns the message already created instead of a second one.
         nonce = payload.get("nonce") if payload.get("enforce_nonce") else None
@@ -775,6 +994,37 @@ class DiscordDouble:
         if nonce is not None:
             self._by_nonce[int(cid), nonce] = message
         return message.payload()
+
+    def _allowed_post(self, channel: Channel, payload: dict[str, Any], files: list[UploadedFile]) -> dict[str, Any]:
+        """Refuse a post as Discord would, or return what it keeps of it (embeds go without EMBED_LINKS)."""
+        if channel.type == DM:
+            recipient = self._user(channel.recipient.id) if channel.recipient else None
+            if recipient is not None and not recipient.dms_open:
+                raise ApiError(403, 50007, "Cannot send messages to this user")
+            return payload
+        perms = self.bot_permissions_in(channel)
+        if not perms & VIEW_CHANNEL:
+            raise ApiError(403, 50001, "Missing Access")
+        if not perms & (SEND_MESSAGES_IN_THREADS if channel.is_thread else SEND_MESSAGES):
+            raise ApiError(403, 50013, "Missing Permissions")
+        if channel.is_thread and (channel.archived or channel.locked):
+            raise ApiError(400, 50083, "Thread is archived")
+        if (files and not perms & ATTACH_FILES) or (
+            payload.get("message_reference") and not perms & READ_MESSAGE_HISTORY
+        ):
+            raise ApiError(403, 50013, "Missing Permissions")
+        if not perms & EMBED_LINKS:
+            return {k: v for k, v in payload.items() if k != "embeds"}
+        return payload
+
+    def _open_dm(self, rec: Recorded) -> dict[str, Any]:
+        """Discord hands back the same DM channel for the same recipient every time."""
+        user_id = int((rec.json or {})["recipient_id"])
+        channel = self._dm_channels.get(user_id)
+        if channel is None:
+            recipient = self._user(user_id) or User(f"user{user_id}", id=user_id)
+            channel = self._dm_channels[user_id] = Channel(recipient.username, type=DM, recipient=recipient)
+        return channel.payload()
 
     def _get_channel(self, rec: Recorded, cid: str) -> dict[str, Any]:
         channel = self._channel(int(cid))
@@ -797,7 +1047,14 @@ class DiscordDouble:
         return next((g for g in self.guilds if g.id == guild_id), None)
 
     def _channel(self, channel_id: int) -> Channel | None:
-        return next((c for g in self.guilds for c in g.channels if c.id == channel_id), None)
+        channels = [*(c for g in self.guilds for c in g.channels), *self._dm_channels.values()]
+        return next((c for c in channels if c.id == channel_id), None)
+
+    def _user(self, user_id: int) -> User | None:
+        """A user the double knows: the bot, the default player, a guild member, or one it sent in an interaction."""
+        members = [self.player, *(m for g in self.guilds for m in g.members)]
+        found = next((m.user for m in members if m.id == user_id), None)
+        return found or self._seen_users.get(user_id) or (self.bot if user_id == self.bot.id else None)
 
     def _attachment_url(self, channel_id: int, attachment_id: int, filename: str) -> str:
         return f"{self.origin}/attachments/{channel_id}/{attachment_id}/{filename}"
@@ -816,6 +1073,13 @@ class DiscordDouble:
         message.apply(payload, files, self._attachment_url)
         self._messages[message.id] = message
         return message
+
+
+def _status_message(status: int) -> str:
+    try:
+        return f"{status}: {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status}: Error"
 
 
 async def _read_body(request: web.Request) -> tuple[Any, list[UploadedFile]]:

@@ -5,14 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import math
 import re
+import time
+from collections.abc import Awaitable, Callable
 
 import discord
 from discord import app_commands
 from discord.ext import commands
 
-from tests.discord_double import DiscordDouble, Guild, member, shard_for
+from tests.discord_double import (
+    ATTACH_FILES,
+    CALLBACK_PATH,
+    DEFAULT_PERMISSIONS,
+    EMBED_LINKS,
+    READ_MESSAGE_HISTORY,
+    SEND_MESSAGES,
+    SEND_MESSAGES_IN_THREADS,
+    WEBHOOK_PATH,
+    Channel,
+    DiscordDouble,
+    Guild,
+    Recorded,
+    member,
+    shard_for,
+    thread,
+)
 
 
 async def test_bot_logs_in_receives_guilds_and_heartbeat_acks() -> None:
@@ -273,3 +292,413 @@ async def test_a_repeated_nonce_returns_the_first_message_instead_of_a_second():
             again = await channel.send("clip", nonce="agjob1")
     assert first.id == again.id
     assert len(double.messages(double.guild.channels[0].id)) == 1
+
+
+async def eventually(predicate: Callable[[], object], timeout: float = 2.0) -> None:
+    """For what the client does with a gateway event: nothing tells the double when it is done."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "the client never got there"
+        await asyncio.sleep(0.01)
+
+
+def gaps(calls: list[Recorded]) -> list[float]:
+    return [later.at - earlier.at for earlier, later in itertools.pairwise(calls)]
+
+
+# -- deadlines ---------------------------------------------------------------------------------------------
+
+
+async def test_strict_mode_answers_a_late_callback_unknown_interaction(bot: commands.Bot) -> None:
+    refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def slow(interaction: discord.Interaction) -> None:
+        """Think too long."""
+        await asyncio.sleep(0.5)
+        try:
+            await interaction.response.send_message("too late")
+        except discord.NotFound as exc:
+            refused.set_result(exc.code)
+
+    async with DiscordDouble(strict=True, interaction_deadline=0.3) as double, double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("slow")
+        assert await asyncio.wait_for(refused, 5) == 10062
+        assert (await handle.response()).status == 404 and not double.messages()
+        assert handle.late and handle.first_callback_seconds >= 0.5
+        assert double.late_interactions() == [handle]
+
+
+async def test_lenient_mode_accepts_a_late_callback_but_marks_it_late(bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def slow(interaction: discord.Interaction) -> None:
+        """Think too long."""
+        await asyncio.sleep(0.5)
+        await interaction.response.send_message("late but shown")
+
+    async with DiscordDouble(interaction_deadline=0.3) as double, double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("slow")
+        assert (await handle.response()).status == 200 and handle.original.content == "late but shown"
+        assert handle.late and double.late_interactions() == [handle]
+
+
+async def test_a_prompt_callback_is_not_late(double: DiscordDouble, bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def quick(interaction: discord.Interaction) -> None:
+        """Answer at once."""
+        await interaction.response.send_message("here")
+
+    async with double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("quick")
+        await handle.response()
+        assert 0 < handle.first_callback_seconds < 0.5 and not handle.late and double.late_interactions() == []
+
+
+async def test_an_unanswered_interaction_is_late_only_once_the_deadline_passed(bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def ignore(interaction: discord.Interaction) -> None:
+        """Never answer."""
+
+    async with DiscordDouble(interaction_deadline=0.3) as double, double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("ignore")
+        assert double.late_interactions() == []
+        await asyncio.sleep(0.35)
+        assert double.late_interactions() == [handle] and handle.first_callback_seconds is None
+
+
+async def test_followups_after_the_token_lifetime_get_unknown_webhook(bot: commands.Bot) -> None:
+    refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def render(interaction: discord.Interaction) -> None:
+        """Render for longer than the token lives."""
+        await interaction.response.defer(thinking=True)
+        await asyncio.sleep(0.6)
+        try:
+            await interaction.followup.send("done")
+        except discord.NotFound as exc:
+            refused.set_result(exc.code)
+
+    async with DiscordDouble(token_lifetime=0.5) as double, double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("render")
+        assert await asyncio.wait_for(refused, 5) == 10015
+        assert [c.status for c in await handle.followups()] == [404]
+
+
+async def test_strict_mode_refuses_followups_to_an_unacknowledged_interaction(bot: commands.Bot) -> None:
+    refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def skip(interaction: discord.Interaction) -> None:
+        """Follow up without answering first."""
+        try:
+            await interaction.followup.send("hello?")
+        except discord.NotFound as exc:
+            refused.set_result(exc.code)
+
+    async with DiscordDouble(strict=True) as double, double.running(bot):
+        await bot.tree.sync()
+        await double.slash("skip")
+        assert await asyncio.wait_for(refused, 5) == 10015 and not double.messages()
+
+
+async def test_followups_keep_coming_after_the_ephemeral_original_is_deleted(bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def secret(interaction: discord.Interaction) -> None:
+        """Whisper twice."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        await interaction.delete_original_response()
+        await interaction.followup.send("only you", ephemeral=True)
+
+    async with DiscordDouble(strict=True) as double, double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("secret")
+        (followup,) = await handle.followups()
+        assert followup.status == 200 and handle.original.deleted
+        (message,) = double.messages()
+        assert message.content == "only you" and message.ephemeral and message is not handle.original
+
+
+# -- faults ------------------------------------------------------------------------------------------------
+
+
+async def test_callback_succeeds_after_two_server_errors_with_backoff(double: DiscordDouble, bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def greet(interaction: discord.Interaction) -> None:
+        """Say hi."""
+        await interaction.response.send_message("hi")
+
+    fault = double.fail("POST", CALLBACK_PATH, times=2)
+    async with double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("greet")
+        await double.wait_until(lambda: handle.original, 10.0, "the third try")
+        attempts = double.calls_to("POST", CALLBACK_PATH)
+        # discord.py's webhook adapter retries any 5xx, sleeping 1 + 2 * attempt seconds: 1 s, then 3 s.
+        assert [c.status for c in attempts] == [500, 500, 200] and fault.hits == 2
+        first, second = gaps(attempts)
+        assert 1.0 <= first < 2.0 and 3.0 <= second < 4.0
+        # Lateness is the first try's: the bot answered in time, the errors were Discord's.
+        assert handle.first_callback_seconds < 0.5 and not handle.late and handle.responded
+
+
+async def test_two_server_errors_on_the_callback_lose_the_reply_in_strict_mode(bot: commands.Bot) -> None:
+    lost: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def greet(interaction: discord.Interaction) -> None:
+        """Say hi."""
+        try:
+            await interaction.response.send_message("hi")
+        except discord.NotFound as exc:
+            lost.set_result(exc.code)
+
+    async with DiscordDouble(strict=True) as double, double.running(bot):
+        double.fail("POST", CALLBACK_PATH, times=2)
+        await bot.tree.sync()
+        handle = await double.slash("greet")
+        assert await asyncio.wait_for(lost, 10) == 10062
+        assert [c.status for c in double.calls_to("POST", CALLBACK_PATH)] == [500, 500, 404]
+        assert not double.messages() and not handle.responded
+
+
+async def test_rate_limited_callback_is_retried_after_retry_after(double: DiscordDouble, bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def greet(interaction: discord.Interaction) -> None:
+        """Say hi."""
+        await interaction.response.send_message("hi")
+
+    double.fail("POST", CALLBACK_PATH, status=429, retry_after=0.4)
+    async with double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("greet")
+        await double.wait_until(lambda: handle.original, 5.0, "the retry")
+        attempts = double.calls_to("POST", CALLBACK_PATH)
+        assert [c.status for c in attempts] == [429, 200] and 0.4 <= gaps(attempts)[0] < 1.2
+
+
+async def test_rate_limited_channel_post_is_retried_once(double: DiscordDouble, bot: commands.Bot) -> None:
+    route = rf"/channels/{double.guild.channel.id}/messages"
+    double.fail("POST", route, status=429, retry_after=0.3)
+    async with double.running(bot):
+        sent = await bot.get_partial_messageable(double.guild.channel.id).send("turn 1")
+        attempts = double.calls_to("POST", route)
+        assert [c.status for c in attempts] == [429, 200] and gaps(attempts)[0] >= 0.3
+        assert [m.id for m in double.messages()] == [sent.id]
+
+
+async def test_rate_limited_edit_of_the_original_is_retried(double: DiscordDouble, bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def render(interaction: discord.Interaction) -> None:
+        """Render a clip."""
+        await interaction.response.defer(thinking=True)
+        await interaction.edit_original_response(content="done")
+
+    double.fail("PATCH", WEBHOOK_PATH, status=429, retry_after=0.2)
+    async with double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("render")
+        await double.wait_until(lambda: len(double.calls_to("PATCH", WEBHOOK_PATH)) == 2, 5.0, "the retry")
+        assert [c.status for c in double.calls_to("PATCH", WEBHOOK_PATH)] == [429, 200]
+        assert handle.original.content == "done"
+
+
+async def test_fault_without_a_count_holds_until_cleared(double: DiscordDouble, bot: commands.Bot) -> None:
+    route = rf"/channels/{double.guild.channel.id}/messages"
+    fault = double.fail("POST", route, status=503, times=None)
+    async with double.running(bot):
+        channel = bot.get_partial_messageable(double.guild.channel.id)
+        for _ in range(2):
+            try:
+                await channel.send("turn 1")  # the bot client retries 500, 502, 504 and 524, not 503
+            except discord.DiscordServerError as exc:
+                assert exc.status == 503
+            else:
+                raise AssertionError("the post should have failed")
+        fault.clear()
+        await channel.send("turn 1")
+        assert fault.hits == 2 and [c.status for c in double.calls_to("POST", route)] == [503, 503, 200]
+
+
+async def test_fault_answers_with_the_given_discord_error(double: DiscordDouble, bot: commands.Bot) -> None:
+    route = rf"/channels/{double.guild.channel.id}/messages"
+    double.fail("POST", route, status=403, code=50013, message="Missing Permissions")
+    async with double.running(bot):
+        try:
+            await bot.get_partial_messageable(double.guild.channel.id).send("turn 1")
+        except discord.Forbidden as exc:
+            assert (exc.code, exc.text) == (50013, "Missing Permissions")
+        else:
+            raise AssertionError("the post should have been refused")
+        assert not double.messages()
+
+
+async def test_delay_without_status_answers_slowly_but_normally(double: DiscordDouble, bot: commands.Bot) -> None:
+    route = rf"/channels/{double.guild.channel.id}/messages"
+    double.fail("POST", route, status=0, delay=0.3)
+    async with double.running(bot):
+        started = time.monotonic()
+        sent = await bot.get_partial_messageable(double.guild.channel.id).send("turn 1")
+        assert time.monotonic() - started >= 0.3
+        assert [m.id for m in double.messages()] == [sent.id] and double.calls_to("POST", route)[0].status == 200
+
+
+# -- channels that refuse ----------------------------------------------------------------------------------
+
+
+def guild_with(*channels: Channel) -> Guild:
+    return Guild(channels=[Channel("general"), *channels])
+
+
+async def expect_refusal(send: Awaitable[object], status: int, code: int) -> None:
+    try:
+        await send
+    except discord.HTTPException as exc:
+        assert (exc.status, exc.code) == (status, code)
+    else:
+        raise AssertionError(f"expected {status} {code}")
+
+
+async def test_channel_without_send_messages_refuses_posts_but_not_replies(bot: commands.Bot) -> None:
+    quiet = Channel("quiet", bot_permissions=DEFAULT_PERMISSIONS & ~SEND_MESSAGES)
+    seen: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def post(interaction: discord.Interaction) -> None:
+        """Answer, then post in the channel."""
+        await interaction.response.send_message("answered")  # interaction answers need no channel permission
+        await expect_refusal(interaction.channel.send("posted"), 403, 50013)
+        cached = interaction.channel.permissions_for(interaction.guild.me)
+        seen.set_result((interaction.app_permissions.send_messages, cached.send_messages))
+
+    async with DiscordDouble([guild_with(quiet)]) as double, double.running(bot):
+        await bot.tree.sync()
+        await double.slash("post", channel_id=quiet.id)
+        assert await asyncio.wait_for(seen, 5) == (False, False)
+        assert [m.content for m in double.messages(quiet.id)] == ["answered"]
+
+
+async def test_files_need_attach_files(bot: commands.Bot) -> None:
+    no_files = Channel("no-files", bot_permissions=DEFAULT_PERMISSIONS & ~ATTACH_FILES)
+    async with DiscordDouble([guild_with(no_files)]) as double, double.running(bot):
+        channel = bot.get_channel(no_files.id)
+        clip = discord.File(io.BytesIO(b"frames"), "clip.mp4")
+        await expect_refusal(channel.send("turn 1", file=clip), 403, 50013)
+        await channel.send("turn 1, no clip")
+        assert [m.content for m in double.messages(no_files.id)] == ["turn 1, no clip"]
+
+
+async def test_replies_need_read_message_history(bot: commands.Bot) -> None:
+    no_history = Channel("no-history", bot_permissions=DEFAULT_PERMISSIONS & ~READ_MESSAGE_HISTORY)
+    async with DiscordDouble([guild_with(no_history)]) as double, double.running(bot):
+        channel = bot.get_channel(no_history.id)
+        first = await channel.send("turn 1")
+        await expect_refusal(first.reply("turn 2"), 403, 50013)
+        assert [m.content for m in double.messages(no_history.id)] == ["turn 1"]
+
+
+async def test_embeds_are_dropped_silently_without_embed_links(bot: commands.Bot) -> None:
+    plain = Channel("plain", bot_permissions=DEFAULT_PERMISSIONS & ~EMBED_LINKS)
+    async with DiscordDouble([guild_with(plain)]) as double, double.running(bot):
+        sent = await bot.get_channel(plain.id).send("turn 1", embed=discord.Embed(title="Scene"))
+        assert sent.embeds == [] and double.message(sent.id).embeds == []
+        assert double.calls_to("POST", rf"/channels/{plain.id}/messages")[0].json["embeds"][0]["title"] == "Scene"
+
+
+async def test_thread_is_known_from_guild_create_and_takes_posts_until_archived(bot: commands.Bot) -> None:
+    quest = thread("quest")
+    guild = guild_with(quest)
+    async with DiscordDouble([guild]) as double, double.running(bot):
+        found = bot.get_channel(quest.id)
+        assert isinstance(found, discord.Thread) and found.parent_id == guild.channel.id and not found.archived
+        await found.send("turn 1")
+        await double.archive(quest)
+        await eventually(lambda: bot.get_channel(quest.id) is None)  # discord.py forgets archived threads
+        await expect_refusal(found.send("turn 2"), 400, 50083)
+        assert [m.content for m in double.messages(quest.id)] == ["turn 1"]
+
+
+async def test_locked_thread_refuses_posts(bot: commands.Bot) -> None:
+    quest = thread("quest", locked=True)
+    async with DiscordDouble([guild_with(quest)]) as double, double.running(bot):
+        await expect_refusal(bot.get_channel(quest.id).send("turn 1"), 400, 50083)
+        assert not double.messages(quest.id)
+
+
+async def test_threads_need_send_messages_in_threads_from_their_parent(bot: commands.Bot) -> None:
+    parent = Channel("story", bot_permissions=DEFAULT_PERMISSIONS & ~SEND_MESSAGES_IN_THREADS)
+    quest = thread("quest", parent)
+    async with DiscordDouble([guild_with(parent, quest)]) as double, double.running(bot):
+        await bot.get_channel(parent.id).send("chapter 1")
+        await expect_refusal(bot.get_channel(quest.id).send("turn 1"), 403, 50013)
+        assert double.bot_permissions_in(quest) == parent.bot_permissions
+
+
+async def test_interaction_in_a_thread_reaches_the_bot_as_a_thread(bot: commands.Bot) -> None:
+    where: asyncio.Future[discord.abc.Messageable] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def here(interaction: discord.Interaction) -> None:
+        """Where am I?"""
+        where.set_result(interaction.channel)
+        await interaction.response.send_message("in the thread")
+
+    quest = thread("quest")
+    async with DiscordDouble([guild_with(quest)]) as double, double.running(bot):
+        await bot.tree.sync()
+        handle = await double.slash("here", channel_id=quest.id)
+        channel = await asyncio.wait_for(where, 5)
+        assert isinstance(channel, discord.Thread) and channel.id == quest.id
+        assert (await handle.response()).status == 200 and double.messages(quest.id)[0].content == "in the thread"
+
+
+async def test_deleted_channel_is_unknown_to_both_sides(bot: commands.Bot) -> None:
+    doomed = Channel("doomed")
+    async with DiscordDouble([guild_with(doomed)]) as double, double.running(bot):
+        channel = bot.get_channel(doomed.id)
+        await double.delete_channel(doomed)
+        await eventually(lambda: bot.get_channel(doomed.id) is None)
+        await expect_refusal(channel.send("turn 1"), 404, 10003)
+
+
+# -- DMs ---------------------------------------------------------------------------------------------------
+
+
+async def test_dm_to_the_player_is_stored_under_their_id(double: DiscordDouble, bot: commands.Bot) -> None:
+    @bot.tree.command()
+    async def remind(interaction: discord.Interaction) -> None:
+        """DM me."""
+        await interaction.user.send("your clip is ready")
+        await interaction.response.send_message("sent you a DM", ephemeral=True)
+
+    async with double.running(bot):
+        await bot.tree.sync()
+        await (await double.slash("remind")).response()
+        (dm,) = double.dms(double.player)
+        assert dm.content == "your clip is ready" and dm.guild_id is None
+        assert double.calls_to("POST", "/users/@me/channels")[0].json == {"recipient_id": double.player.id}
+
+
+async def test_dm_to_a_user_with_closed_dms_is_forbidden(double: DiscordDouble, bot: commands.Bot) -> None:
+    refused: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    @bot.tree.command()
+    async def remind(interaction: discord.Interaction) -> None:
+        """DM me."""
+        try:
+            await interaction.user.send("your clip is ready")
+        except discord.Forbidden as exc:
+            refused.set_result(exc.code)
+        await interaction.response.send_message("could not DM you", ephemeral=True)
+
+    async with double.running(bot):
+        await bot.tree.sync()
+        shy = member("shy", dms_open=False)
+        await double.slash("remind", user=shy)
+        assert await asyncio.wait_for(refused, 5) == 50007
+        assert double.dms(shy) == []
