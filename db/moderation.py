@@ -6,6 +6,7 @@ writes an audit row (``audit``), in the same transaction as the change it record
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,6 +27,7 @@ from db.models import (
     Turn,
 )
 from db.queries import get_guild_settings, get_or_create_guild, insert_ignore
+from game.text import TextError, clean_text, find_term, skeleton
 
 
 async def find_ban(session: AsyncSession, guild_id: int, user_id: int) -> Ban | None:
@@ -54,15 +56,23 @@ async def unban(session: AsyncSession, guild_id: int, user_id: int) -> bool:
 
 
 def normalize_term(term: str) -> str:
-    """How a blocked term is stored and matched: lower case, runs of spaces as one (as instructions are)."""
-    return " ".join(term.split()).lower()
+    """How a blocked term is stored: clean text (as every free-text option), case-folded.
+
+    Raises TextError for text that is not clean, and for a term with no letter or digit (``---``): terms
+    match on their skeleton (``game.text.skeleton``), which keeps letters and digits only, so it would match
+    nothing.
+    """
+    folded = clean_text(term, label="A blocked term", max_chars=100).casefold()
+    # Cleaned again: the fold can lengthen (``ß`` -> ``ss``) or decompose (``ǰ``), and the column holds 100.
+    term = clean_text(folded, label="A blocked term", max_chars=100)
+    if not skeleton(term):
+        raise TextError("A blocked term needs a letter or digit.")
+    return term
 
 
 async def add_term(session: AsyncSession, guild_id: int, term: str, added_by: int) -> bool:
-    """Block a term; False if it already was. An empty term would match every instruction, so it raises."""
+    """Block a term; False if it already was. Raises TextError for a term ``normalize_term`` refuses."""
     term = normalize_term(term)
-    if not term:
-        raise ValueError("a blocked term needs at least one character that is not a space")
     await get_or_create_guild(session, guild_id)
     before = await list_terms(session, guild_id)
     await insert_ignore(session, BlockedTerm, guild_id=guild_id, term=term, added_by=added_by)
@@ -70,9 +80,13 @@ async def add_term(session: AsyncSession, guild_id: int, term: str, added_by: in
 
 
 async def remove_term(session: AsyncSession, guild_id: int, term: str) -> bool:
+    """Unblock a term, typed as it was blocked; terms stored before ``normalize_term`` cleaned them match too."""
+    stored = {" ".join(term.split()).lower()}  # the earlier rule: runs of spaces as one, lower case
+    with contextlib.suppress(TextError):
+        stored.add(normalize_term(term))
     result = await session.execute(
         delete(BlockedTerm)
-        .where(BlockedTerm.guild_id == guild_id, BlockedTerm.term == normalize_term(term))
+        .where(BlockedTerm.guild_id == guild_id, BlockedTerm.term.in_(stored))
         .returning(BlockedTerm.id)
     )
     return result.first() is not None
@@ -84,9 +98,12 @@ async def list_terms(session: AsyncSession, guild_id: int) -> list[str]:
 
 
 async def find_blocked_term(session: AsyncSession, guild_id: int, text: str) -> str | None:
-    """The first blocked term the text contains, ignoring case; checked before any GPU work."""
-    lowered = text.lower()
-    return next((term for term in await list_terms(session, guild_id) if term in lowered), None)
+    """The first blocked term the text spells, however disguised; checked before any GPU work.
+
+    Matching is on skeletons (``game.text.find_term``: look-alikes, case, accents, spacing and punctuation
+    ignored), so the term ``zorb-lax`` catches ``z o r b l a x`` and ``ｚｏｒｂｌａｘ``.
+    """
+    return find_term(text, await list_terms(session, guild_id))
 
 
 async def allow_channel(session: AsyncSession, guild_id: int, channel_id: int) -> None:
@@ -145,7 +162,10 @@ async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int)
     """
     since = utcnow() - timedelta(hours=1)
     stmt = select(func.count(), func.min(Job.queued_at)).where(
-        Job.guild_id == guild_id, Job.user_id == user_id, Job.queued_at >= since, Job.status != JobStatus.FAILED
+        Job.guild_id == guild_id,
+        Job.user_id == user_id,
+        Job.queued_at >= since,
+        Job.status != JobStatus.FAILED,
     )
     count, oldest = (await session.execute(stmt)).one()
     return count, oldest

@@ -13,6 +13,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from game.errors import GameError
+from game.text import TextError, clean_text, fold_for_model
+
 EXPECTED_FORM = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 
 MAX_FIELD_CHARS = 60  # one field; the release's demo fields are under 30
@@ -22,10 +25,20 @@ MAX_LINE_CHARS = 200  # the whole line; keeps the prompt near the release's 254 
 ADVERBS = frozenset({"quickly", "smoothly", "gently", "slowly", "calmly", "happily", "softly", "rapidly", "lazily"})
 TIMES = frozenset({"day", "night", "evening", "morning", "dawn", "dusk", "noon", "sunset", "afternoon"})
 
-# Letters and digits of any script, spaces, and the punctuation a sentence needs.
-# Everything else (markdown, @mentions, <#channels>, emoji, zero-width and control
-# characters) is refused rather than stripped, so the player sees what was wrong.
-_ALLOWED_PUNCTUATION = frozenset(" ',-!?&()")
+# Letters and digits of any script, spaces, and the punctuation a sentence needs (typographic quotes, dashes
+# and ellipses arrive here already plain, from ``clean_text``). Everything else (markdown, @mentions,
+# <#channels>, emoji; zero-width and control characters are refused by ``clean_text``) is refused rather
+# than stripped, so the player sees what was wrong.
+_ALLOWED_PUNCTUATION = frozenset(" ',-!?&()\".")
+# Combining marks write Thai vowels, Devanagari's virama and nukta, and accents NFC does not compose; a
+# letter carries a few. Dozens stacked are "Zalgo" text that smears over the lines around it in Discord.
+_MAX_MARKS = 3
+# Combining marks that show nothing: the grapheme joiner, variation selectors, Mongolian selectors.
+_INVISIBLE_MARKS = frozenset(
+    "\u034f\u180b\u180c\u180d\u180f"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
 _LABELLED = re.compile(
     r"^\s*character\s*:\s*(?P<character>[^;]*);\s*motion\s*:\s*(?P<motion>[^;]*);"
     r"\s*background\s*:\s*(?P<background>[^;]*?)\s*\.?\s*$",
@@ -33,12 +46,8 @@ _LABELLED = re.compile(
 )
 
 
-class InstructionError(ValueError):
+class InstructionError(GameError):
     """A player's instruction that cannot be played; the message is safe to show them."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
     def __str__(self) -> str:
         return f"{self.reason} Expected: `{EXPECTED_FORM}`"
@@ -111,19 +120,40 @@ def from_fields(character: str, motion: str, background: str, time: str = "") ->
 
 
 def _clean(label: str, value: str) -> str:
-    """Collapse spaces and refuse anything but words and plain punctuation."""
-    if not isinstance(value, str):
-        raise InstructionError(f"{label} must be text.")
-    words = value.split()
-    text = " ".join(words)
-    if not text:
-        raise InstructionError(f"{label} is empty.")
-    if len(text) > MAX_FIELD_CHARS:
-        raise InstructionError(f"{label} is {len(text)} characters; the most is {MAX_FIELD_CHARS}.")
+    """One field as the model reads it: clean text, compatibility-folded, words and plain punctuation only.
+
+    Folded (``ｚｏｒｂｌａｘ`` -> ``zorblax``, ``ﬁre`` -> ``fire``) when the folded field is still playable; kept
+    as typed when it is not (``¼`` folds to ``1⁄4``, whose fraction slash the grammar refuses), so a field
+    accepted once is accepted, unchanged, when its line is parsed again. Trailing dots are sentence
+    punctuation, not part of the field: the line ends with its own period, and ``Background: sky....`` is not
+    the form the model was trained on, so ``sky…`` and ``sky.`` become ``sky``.
+    """
+    typed = _checked_text(label, value).rstrip(". ")
+    try:
+        return _playable(label, _checked_text(label, fold_for_model(typed)).rstrip(". "))
+    except InstructionError:
+        return _playable(label, typed)  # and if it is not playable either, the player hears about what they typed
+
+
+def _checked_text(label: str, value: str) -> str:
+    try:
+        return clean_text(value, label=label, max_chars=MAX_FIELD_CHARS)
+    except TextError as exc:
+        raise InstructionError(exc.reason) from None
+
+
+def _playable(label: str, text: str) -> str:
+    """Refuse anything but letters and digits (with their accents) and the allowed punctuation."""
+    marks_left = 0  # how many more combining marks the preceding letter may carry
     for char in text:
+        if unicodedata.category(char)[0] == "M" and marks_left > 0 and char not in _INVISIBLE_MARKS:
+            marks_left -= 1
+            continue
         if not (char.isalnum() or char in _ALLOWED_PUNCTUATION) or unicodedata.category(char) == "Co":
-            shown = char if char.isprintable() and not char.isspace() else f"U+{ord(char):04X}"
+            visible = char.isprintable() and not char.isspace() and unicodedata.category(char)[0] != "M"
+            shown = char if visible else f"U+{ord(char):04X}"
             raise InstructionError(f"{label} contains {shown!r}; use letters, digits and simple punctuation.")
+        marks_left = _MAX_MARKS if char.isalnum() else 0
     if not any(char.isalnum() for char in text):
         raise InstructionError(f"{label} needs at least one letter or digit.")
     return text

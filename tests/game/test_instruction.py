@@ -96,3 +96,114 @@ def test_any_text_either_parses_to_a_valid_instruction_or_raises_the_clear_error
 def test_any_letters_make_a_character_name_that_survives_a_round_trip(name):
     instruction = from_fields(name, "gently wave", "day town")
     assert parse(str(instruction)) == instruction
+
+
+# ---- phone keyboards, and the plain forms the model reads --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "plain"),
+    [
+        ("Qiqi’s house", "Qiqi's house"),
+        ("say “hello”", 'say "hello"'),
+        ("harbor — waves", "harbor - waves"),
+        ("ｚｏｒｂｌａｘ", "zorblax"),
+        ("town\u00a0square", "town square"),
+        ("town\u3000square", "town square"),
+        ("ﬁre pit", "fire pit"),
+        ("Mr. Tanaka's", "Mr. Tanaka's"),
+    ],
+    ids=["apostrophe", "quotes", "em dash", "fullwidth", "nbsp", "ideographic space", "ligature", "inner dot"],
+)
+def test_what_a_phone_keyboard_types_is_accepted_and_comes_out_plain(typed, plain):
+    assert from_fields("Qiqi", "wave", typed).place == plain
+
+
+def test_a_field_s_trailing_dots_are_sentence_punctuation_and_dropped():
+    instruction = from_fields("Qiqi.", "wave...", "harbor…")
+    assert (instruction.character, instruction.action, instruction.place) == ("Qiqi", "wave", "harbor")
+    assert str(instruction) == "Character: Qiqi; Motion: wave; Background: harbor."
+
+
+def test_a_field_of_only_dots_needs_a_letter():
+    with pytest.raises(InstructionError, match="Background needs at least one letter or digit"):
+        from_fields("Qiqi", "wave", "...")
+
+
+def test_a_line_typed_on_a_phone_parses():
+    line = "Character: Qiqi; Motion: gently wave at “Jiji”; Background: night harbor — waves…"
+    assert str(parse(line)) == 'Character: Qiqi; Motion: gently wave at "Jiji"; Background: night harbor - waves.'
+
+
+def test_a_form_that_folds_into_refused_characters_is_kept_as_typed():
+    # ¼ folds to 1⁄4, and the fraction slash is not simple punctuation.
+    assert from_fields("Qiqi", "wave", "¼ mile").place == "¼ mile"
+
+
+@pytest.mark.parametrize("word", ["ทำอาหาร", "नमस्ते", "गाँव"], ids=["thai", "devanagari", "candrabindu"])
+def test_scripts_written_with_combining_marks_are_letters(word):
+    instruction = from_fields("Qiqi", "wave", word)
+    assert parse(str(instruction)) == instruction
+
+
+@pytest.mark.parametrize(
+    ("field", "shown"),
+    [
+        ("wave at <@1>", "'<'"),
+        ("wave at @everyone", "'@'"),
+        ("**fly**", "'*'"),
+        ("fly `high`", "'`'"),
+        ("fly ~~low~~", "'~'"),
+        ("fly ||high||", "'|'"),
+        ("> fly", "'>'"),
+        ("# fly", "'#'"),
+        ("fly\ufe0f", "U+FE0F"),
+        ("\u0301fly", "U+0301"),
+        ("fly\u0336\u0336\u0336\u0336", "U+0336"),
+    ],
+    ids=[
+        "mention",
+        "everyone",
+        "bold",
+        "code",
+        "strike",
+        "spoiler",
+        "quote",
+        "heading",
+        "variation selector",
+        "accent on nothing",
+        "zalgo",
+    ],
+)
+def test_mentions_markdown_and_stray_marks_stay_refused(field, shown):
+    with pytest.raises(InstructionError, match="Motion contains") as info:
+        from_fields("Qiqi", field, "town")
+    assert shown in info.value.reason
+
+
+@pytest.mark.parametrize(
+    ("char", "code"), [("\u200b", "U+200B"), ("\u202e", "U+202E"), ("\x00", "U+0000"), ("\ud800", "U+D800")]
+)
+def test_invisible_control_and_invalid_characters_are_refused_showing_their_code(char, code):
+    with pytest.raises(InstructionError, match="Motion contains") as info:
+        from_fields("Qiqi", f"fly{char}", "sky")
+    assert code in info.value.reason
+
+
+@given(st.text(), st.text(), st.text())
+def test_any_instruction_built_from_fields_survives_a_round_trip(character, motion, background):
+    try:
+        instruction = from_fields(character, motion, background)
+    except InstructionError:
+        return
+    assert parse(str(instruction)) == instruction
+
+
+@given(st.text(alphabet=st.characters(codec=None, categories=None)), st.text(alphabet=st.characters(codec=None)))
+def test_any_code_points_in_fields_give_an_instruction_or_the_clear_error(motion, background):
+    try:
+        instruction = from_fields("Qiqi", motion, background)
+    except InstructionError as exc:
+        assert EXPECTED_FORM in str(exc)
+        return
+    assert parse(str(instruction)) == instruction
