@@ -1,10 +1,11 @@
 """Engine and session factory: one of each per process (and per event loop).
 
-For SQLite every new connection is set up the same way: WAL so the delivery loop can read while
-a command writes, and ``foreign_keys=ON`` because SQLite ignores foreign keys unless asked on
-each connection. A path that cannot hold a database (a directory, a place we may not write, a
-file that is not SQLite) is reported as :class:`DatabaseFileError` naming the path at the first
-connect, instead of a driver traceback that does not say which file.
+For SQLite every new connection is set up the same way: WAL so the supervisor can read while
+a command writes, ``foreign_keys=ON`` because SQLite ignores foreign keys unless asked on each
+connection, and a busy timeout so a write waits a bounded time for another writer. A path that
+cannot hold a database (a directory, a place we may not write, a file that is not SQLite) is
+reported as :class:`DatabaseFileError` naming the path at the first connect, instead of a
+driver traceback that does not say which file.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _is_file_error(exc: BaseException) -> bool:
     return name in _FILE_ERRORS or name.startswith(_FILE_ERROR_PREFIXES)
 
 
-def _install_sqlite_hooks(engine: AsyncEngine, path: Path | None, foreign_keys: bool) -> None:
+def _install_sqlite_hooks(engine: AsyncEngine, path: Path | None, foreign_keys: bool, busy_timeout: float) -> None:
     shown = str(path) if path is not None else (engine.url.database or ":memory:")
 
     @event.listens_for(engine.sync_engine, "do_connect")
@@ -89,6 +90,9 @@ def _install_sqlite_hooks(engine: AsyncEngine, path: Path | None, foreign_keys: 
             # The first statement reads the header, so this is where a non-database file shows.
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
+            # A write that finds another writer waits this long, then fails ("database is locked"),
+            # which commands answer as "busy, try again" (they answered Discord before writing).
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         except sqlite3.Error as exc:
             # The pool does not close a connection whose connect hook failed; an open aiosqlite
             # connection keeps its worker thread (and the file handle) alive, so close it here.
@@ -109,7 +113,9 @@ def _install_sqlite_hooks(engine: AsyncEngine, path: Path | None, foreign_keys: 
             raise DatabaseFileError(shown, str(original)) from original
 
 
-def make_engine(url: str | URL = DEFAULT_URL, *, foreign_keys: bool = True, **kwargs: Any) -> AsyncEngine:
+def make_engine(
+    url: str | URL = DEFAULT_URL, *, foreign_keys: bool = True, busy_timeout: float = 5.0, **kwargs: Any
+) -> AsyncEngine:
     """An AsyncEngine for ``url``; for SQLite with WAL and (unless told not to) foreign keys on.
 
     ``foreign_keys=False`` exists for migrations: SQLite batch mode drops and recreates tables,
@@ -118,7 +124,7 @@ def make_engine(url: str | URL = DEFAULT_URL, *, foreign_keys: bool = True, **kw
     """
     engine = create_async_engine(url, **kwargs)
     if engine.dialect.name == "sqlite":
-        _install_sqlite_hooks(engine, sqlite_path(url), foreign_keys)
+        _install_sqlite_hooks(engine, sqlite_path(url), foreign_keys, busy_timeout)
     return engine
 
 

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from db.base import Base, CreatedAt, IntPK, Snowflake, Timestamp
 from game.history import DEFAULT_WINDOW, MAX_WINDOW
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
+from game.jobs import IN_FLIGHT, JobStatus  # a job's states are game rules; the table stores them
 from game.state import DELTA_MAX, DELTA_MIN, STAT_MAX, STAT_MIN, STAT_START
 
 # Guild settings defaults (the single place they live).
@@ -56,17 +57,6 @@ class JobKind(enum.StrEnum):
     ACT = "act"
     REROLL = "reroll"
     STORY = "story"
-
-
-class JobStatus(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-IN_FLIGHT = (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
 def _str_enum(cls: type[enum.StrEnum], name: str) -> Enum:
@@ -304,7 +294,8 @@ class Turn(Base):
     )
 
     id: Mapped[IntPK]
-    character_id: Mapped[int] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"), index=True)
+    # NULL: a story turn whose player started over (/reset); the story keeps it, "from a former player".
+    character_id: Mapped[int | None] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"), index=True)
     story_id: Mapped[int | None] = mapped_column(ForeignKey("stories.id", ondelete="SET NULL"))
     seq: Mapped[int | None]
     instruction: Mapped[str] = mapped_column(String(MAX_LINE_CHARS))
@@ -322,8 +313,11 @@ class Turn(Base):
     clip_path: Mapped[str | None] = mapped_column(String(1024))
     created_at: Mapped[CreatedAt]
     timings: Mapped[str | None] = mapped_column(Text)  # JSON {stage: seconds} from the worker (revision 0002)
+    # Which weights made (or will make) its representation: the model, and for the published one the
+    # character's own MLLM. A prompt's history only carries representations of the same key.
+    model_key: Mapped[str | None] = mapped_column(String(100))
 
-    character: Mapped[Character] = relationship(back_populates="turns", lazy="raise_on_sql")
+    character: Mapped[Character | None] = relationship(back_populates="turns", lazy="raise_on_sql")
     story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")
     job: Mapped[Job | None] = relationship(
         back_populates="turn",
@@ -339,11 +333,12 @@ def new_task_id() -> str:
 
 
 class Job(Base):
-    """The queue-side life of a turn: sent, running, done; and where its messages are."""
+    """The queue-side life of a turn (``game.jobs`` holds its rules) and where its messages are."""
 
     __tablename__ = "jobs"
     __table_args__ = (
         CheckConstraint("progress BETWEEN 0 AND 1", name="progress_range"),
+        CheckConstraint("attempts >= 0", name="attempts_range"),
         Index("ix_jobs_status_id", "status", "id"),
     )
 
@@ -369,6 +364,15 @@ class Job(Base):
     started_at: Mapped[Timestamp | None]
     finished_at: Mapped[Timestamp | None]
     applied_at: Mapped[Timestamp | None]
+    # The outbox: NULL until the task is handed to the broker (again after a hand-back).
+    sent_at: Mapped[Timestamp | None]
+    attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))  # times sent
+    # When the current state's owner must have moved it on (game.jobs); NULL once final, and
+    # while a story turn waits for the one before it.
+    deadline_at: Mapped[Timestamp | None]
+    # A cancelled turn that was sent: when the workers were told (the cancel mark they check).
+    cancel_marked_at: Mapped[Timestamp | None]
+    post_attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))  # failed posts so far
 
     turn: Mapped[Turn] = relationship(back_populates="job", lazy="raise_on_sql")
 

@@ -157,15 +157,15 @@ async def hold_character(session: AsyncSession, character_id: int) -> None:
 async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int) -> tuple[int, datetime | None]:
     """How many turns the player sent in the last hour, and when the oldest of them was sent.
 
-    Failed turns do not count: the queue never got them, or the worker could not make them, and
-    the player was told to try again.
+    Failed and expired turns do not count: the worker could not make them, or no worker took them
+    in time, and the player was told to try again. Cancelled ones count: the player chose that.
     """
     since = utcnow() - timedelta(hours=1)
     stmt = select(func.count(), func.min(Job.queued_at)).where(
         Job.guild_id == guild_id,
         Job.user_id == user_id,
         Job.queued_at >= since,
-        Job.status != JobStatus.FAILED,
+        Job.status.not_in((JobStatus.FAILED, JobStatus.EXPIRED)),
     )
     count, oldest = (await session.execute(stmt)).one()
     return count, oldest

@@ -31,7 +31,8 @@ def _sync_url(path: Path) -> str:
 def _schema_sql(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
     """Each table's and index's DDL as SQLite stored it: column part, and its constraints as a set.
 
-    Constraint order differs between ``op.create_table`` and ``create_all``; nothing else may.
+    Constraint order differs between ``op.create_table`` and ``create_all``, and a table that a batch
+    revision rebuilt has its name quoted and its reflected defaults parenthesised; nothing else may differ.
     """
     con = sqlite3.connect(path)
     try:
@@ -43,6 +44,8 @@ def _schema_sql(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
     schema = {}
     for name, sql in rows:
         sql = re.sub(r"\s+", " ", sql).strip()
+        sql = re.sub(r'^CREATE TABLE "(\w+)"', r"CREATE TABLE \1", sql)
+        sql = sql.replace("DEFAULT (CURRENT_TIMESTAMP)", "DEFAULT CURRENT_TIMESTAMP")
         if sql.startswith("CREATE TABLE"):
             sql = sql.removesuffix(")").rstrip()  # the table's closing parenthesis
         head, *constraints = re.split(r",? CONSTRAINT ", sql)
@@ -73,7 +76,7 @@ def test_upgrade_ddl_matches_create_all_including_partial_indexes(db_url: str, t
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0002"
+    assert head_revision() == "0003"
     assert await current_revision(db_url) == head_revision()
 
 
@@ -164,3 +167,27 @@ def test_upgrade_of_a_corrupt_file_gives_the_same_clear_error(tmp_path: Path) ->
     path.write_bytes(os.urandom(8192))
     with pytest.raises(DatabaseFileError, match=r"garbage\.db"):
         upgrade(sqlite_url(path))
+
+
+def test_the_lifecycle_revision_keeps_jobs_in_flight_and_labels_old_turns_by_model(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "old.db")
+    upgrade(url, "0002")
+    with sqlite3.connect(tmp_path / "old.db") as con:
+        con.executescript(
+            """
+            INSERT INTO guilds (id, name) VALUES (1, 'g');
+            INSERT INTO players (id, guild_id, user_id) VALUES (1, 1, 5);
+            INSERT INTO characters (id, player_id, name, is_active) VALUES (1, 1, 'Sosuke', 1);
+            INSERT INTO turns (id, character_id, instruction, seed, model) VALUES (1, 1, 'x', 1, 'animegamer');
+            INSERT INTO turns (id, character_id, instruction, seed, model) VALUES (2, 1, 'y', 2, 'toy');
+            INSERT INTO jobs (id, turn_id, task_id, kind, status) VALUES (1, 1, 't1', 'act', 'queued');
+            """
+        )
+    upgrade(url)
+    with sqlite3.connect(tmp_path / "old.db") as con:
+        assert con.execute("SELECT model_key FROM turns ORDER BY id").fetchall() == [("animegamer:sosuke",), ("toy",)]
+        ((sent_at, attempts, status),) = con.execute("SELECT sent_at, attempts, status FROM jobs").fetchall()
+        assert sent_at is not None and attempts == 1 and status == "queued"  # its task went out before the revision
+        con.execute("UPDATE jobs SET status = 'expired'")  # the new state passes the CHECK
+        with pytest.raises(sqlite3.IntegrityError):
+            con.execute("UPDATE jobs SET status = 'lost'")

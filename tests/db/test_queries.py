@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, timedelta
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from db import jobs as j
 from db import queries as q
+from db.base import utcnow
 from db.models import Character, GuildSettings, Job, JobKind, JobStatus, Player, Turn
 from game.contract import TurnResult
+from game.errors import StoryClosedError
 from game.history import DEFAULT_WINDOW
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -31,7 +34,7 @@ async def _character(sessions: Sessions, user_id: int = ALICE, name: str = "Qiqi
 
 async def _queue(sessions: Sessions, character_id: int, story_id: int | None = None, line: str = LINE) -> int:
     async with sessions() as s, s.begin():
-        _, job = await q.create_turn(s, character_id, line, seed=1, model="tiny", story=story_id, user_id=ALICE)
+        _, job = await j.create_turn(s, character_id, line, seed=1, model="tiny", story=story_id, user_id=ALICE)
         return job.id
 
 
@@ -43,7 +46,7 @@ async def _stats(sessions: Sessions, character_id: int) -> tuple[int, int, int]:
 
 async def _apply(sessions: Sessions, job_id: int, result: TurnResult) -> bool:
     async with sessions() as s, s.begin():
-        return await q.apply_result(s, job_id, result, clip_path=f"clips/{job_id}.mp4")
+        return await j.apply_result(s, job_id, result, clip_path=f"clips/{job_id}.mp4")
 
 
 async def _play(sessions: Sessions, make_result: MakeResult, character_id: int, story_id: int | None = None) -> int:
@@ -161,7 +164,7 @@ async def test_cancelled_job_is_not_applied(sessions: Sessions, make_result: Mak
     character_id = await _character(sessions)
     job_id = await _queue(sessions, character_id)
     async with sessions() as s, s.begin():
-        assert await q.cancel_job(s, job_id)
+        assert await j.cancel_job(s, job_id)
     assert await _apply(sessions, job_id, make_result(job_id, stamina=5)) is False
     assert await _stats(sessions, character_id) == (50, 50, 50)
     async with sessions() as s:
@@ -172,7 +175,7 @@ async def test_cancelled_job_is_not_applied(sessions: Sessions, make_result: Mak
 async def test_result_for_another_job_is_refused(sessions: Sessions, make_result: MakeResult) -> None:
     character_id = await _character(sessions)
     job_id = await _queue(sessions, character_id)
-    with pytest.raises(q.ResultMismatchError):
+    with pytest.raises(j.ResultMismatchError):
         await _apply(sessions, job_id, make_result(job_id + 100))
     assert await _stats(sessions, character_id) == (50, 50, 50)
     async with sessions() as s:
@@ -191,18 +194,24 @@ async def test_apply_result_racing_itself_applies_once(sessions: Sessions, make_
 # ---- job life cycle -----------------------------------------------------------------------
 
 
+async def _run(s: AsyncSession, job_id: int) -> bool:
+    """Send and start a job, as the outbox and the supervisor do."""
+    soon = utcnow() + timedelta(minutes=1)
+    return await j.mark_sent(s, job_id, soon) and await j.mark_started(s, job_id, soon)
+
+
 async def test_job_moves_queued_running_failed_and_then_stays_put(sessions: Sessions) -> None:
     job_id = await _queue(sessions, await _character(sessions))
     async with sessions() as s, s.begin():
-        assert await q.mark_job_running(s, job_id)
-        assert not await q.mark_job_running(s, job_id)
-        assert await q.update_job_progress(s, job_id, 5, 20)
-        assert await q.fail_job(s, job_id, "CUDA out of memory")
-        assert not await q.update_job_progress(s, job_id, 6, 20)
-        assert not await q.cancel_job(s, job_id)
+        assert await _run(s, job_id)
+        assert not await _run(s, job_id)
+        assert await j.update_progress(s, job_id, 5, 20)
+        assert await j.fail_job(s, job_id, "CUDA out of memory")
+        assert not await j.update_progress(s, job_id, 6, 20)
+        assert not await j.cancel_job(s, job_id)
     info = None
     async with sessions() as s:
-        info = await q.get_job(s, job_id)
+        info = await j.get_job(s, job_id)
         job = await s.get_one(Job, job_id)
     assert info is not None and info.status is JobStatus.FAILED and (info.step, info.total) == (5, 20)
     assert info.progress == 0.25 and job.error == "CUDA out of memory" and job.finished_at is not None
@@ -211,20 +220,20 @@ async def test_job_moves_queued_running_failed_and_then_stays_put(sessions: Sess
 async def test_jobs_in_flight_lists_queued_and_running_oldest_first(sessions: Sessions) -> None:
     a, b, c = [await _queue(sessions, await _character(sessions, user)) for user in (ALICE, BOB, CAROL)]
     async with sessions() as s, s.begin():
-        await q.mark_job_running(s, b)
-        await q.cancel_job(s, a)
-        in_flight = await q.jobs_in_flight(s)
-        assert await q.has_turn_in_flight(s, in_flight[0].character_id)
+        await _run(s, b)
+        await j.cancel_job(s, a)
+        in_flight = await j.jobs_in_flight(s)
+        assert await j.has_turn_in_flight(s, in_flight[0].character_id)
     assert [(j.id, j.status) for j in in_flight] == [(b, JobStatus.RUNNING), (c, JobStatus.QUEUED)]
 
 
 async def test_queue_position_counts_queued_jobs_ahead(sessions: Sessions) -> None:
     jobs = [await _queue(sessions, await _character(sessions, user)) for user in (ALICE, BOB, CAROL, 44)]
     async with sessions() as s, s.begin():
-        assert [await q.queue_position(s, j) for j in jobs] == [0, 1, 2, 3]
-        await q.mark_job_running(s, jobs[0])  # running is not queued: no longer ahead of anyone
-        await q.cancel_job(s, jobs[1])
-        assert [await q.queue_position(s, j) for j in jobs] == [None, None, 0, 1]
+        assert [await j.queue_position(s, job) for job in jobs] == [0, 1, 2, 3]
+        await _run(s, jobs[0])  # running is not queued: no longer ahead of anyone
+        await j.cancel_job(s, jobs[1])
+        assert [await j.queue_position(s, job) for job in jobs] == [None, None, 0, 1]
 
 
 # ---- stories ------------------------------------------------------------------------------
@@ -276,7 +285,7 @@ async def test_turn_in_an_ended_story_is_refused(sessions: Sessions) -> None:
     character_id = await _character(sessions)
     async with sessions() as s, s.begin():
         await q.end_story(s, story_id)
-    with pytest.raises(q.StoryClosedError):
+    with pytest.raises(StoryClosedError):
         await _queue(sessions, character_id, story_id)
 
 
@@ -291,14 +300,14 @@ async def test_build_history_for_a_story_uses_its_turns_across_players_in_order(
     async with sessions() as s:
         story = await q.active_story(s, CHANNEL)
         assert story is not None
-        history = await q.build_history(s, story, window=5)
+        history = await j.build_history(s, story, window=5)
         assert [h.representation for h in history] == [f"rep-{j}".encode() for j in played]
-        assert [h.representation for h in await q.build_history(s, story, window=3)] == [
+        assert [h.representation for h in await j.build_history(s, story, window=3)] == [
             f"rep-{j}".encode() for j in played[-2:]
         ]
-        assert await q.build_history(s, story, window=1) == []
+        assert await j.build_history(s, story, window=1) == []
         with pytest.raises(ValueError, match="window"):
-            await q.build_history(s, story, window=6)
+            await j.build_history(s, story, window=6)
 
 
 async def test_build_history_for_a_character_is_its_completed_turns(
@@ -309,10 +318,10 @@ async def test_build_history_for_a_character_is_its_completed_turns(
     await _play(sessions, make_result, bob)
     cancelled = await _queue(sessions, alice)
     async with sessions() as s, s.begin():
-        await q.cancel_job(s, cancelled)
+        await j.cancel_job(s, cancelled)
     second = await _play(sessions, make_result, alice)
     async with sessions() as s:
         character = await s.get_one(Character, alice)
-        history = await q.build_history(s, character, window=3)
+        history = await j.build_history(s, character, window=3)
     assert [h.representation for h in history] == [f"rep-{first}".encode(), f"rep-{second}".encode()]
     assert history[0].instruction == LINE and history[0].deltas.stamina == 1

@@ -1,0 +1,555 @@
+"""Jobs and turns in the database: creating them, moving them through ``game.jobs``, reading them back.
+
+Every move is one guarded UPDATE built from ``game.jobs.MOVES``: ``... WHERE id = :id AND status
+IN <the event's sources>``, returning the row it changed. Two processes racing to move the same
+job (a cancel and a result, two supervisors, a resend and a hand-back) resolve in the database:
+one UPDATE matches, the other sees no row and its caller is told False. Nothing here commits;
+the caller's transaction is the unit of work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, exists, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from db.base import utcnow
+from db.models import Character, Job, JobKind, Story, StoryStatus, Turn, new_task_id
+from game.contract import HistoryTurn, TurnResult
+from game.errors import StoryClosedError
+from game.history import MAX_WINDOW, past_turns_for
+from game.jobs import IN_FLIGHT, MOVES, Event, JobStatus
+from game.state import CharacterState, StateDeltas
+
+log = logging.getLogger(__name__)
+
+SEED_LIMIT = 2**63  # seeds are stored in a signed BIGINT (and the contract says < 2**63)
+
+
+class ResultMismatchError(ValueError):
+    """A TurnResult was handed to a job it does not belong to: a delivery bug, never data."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as the supervisor, the delivery and the progress message need it; safe outside the session."""
+
+    id: int
+    task_id: str
+    kind: JobKind
+    status: JobStatus
+    turn_id: int
+    character_id: int | None
+    story_id: int | None
+    seq: int | None
+    instruction: str
+    model_key: str | None
+    progress: float
+    step: int
+    total: int
+    guild_id: int | None
+    channel_id: int | None
+    user_id: int | None
+    progress_message_id: int | None
+    result_message_id: int | None
+    queued_at: datetime
+    started_at: datetime | None
+    sent_at: datetime | None
+    attempts: int
+    deadline_at: datetime | None
+    post_attempts: int
+
+
+# --------------------------------------------------------------------------------------------
+# Creating a turn
+# --------------------------------------------------------------------------------------------
+
+
+async def create_turn(
+    session: AsyncSession,
+    character: Character | int,
+    instruction: str,
+    seed: int,
+    model: str,
+    *,
+    model_key: str | None = None,
+    story: Story | int | None = None,
+    kind: JobKind | str | None = None,
+    guild_id: int | None = None,
+    channel_id: int | None = None,
+    user_id: int | None = None,
+    task_id: str | None = None,
+    deadline_at: datetime | None = None,
+) -> tuple[Turn, Job]:
+    """A queued turn and its job, not yet sent: the outbox sends it once the caller commits.
+
+    In a story the turn takes the story's next ``seq``: bumping ``stories.last_seq`` with an
+    UPDATE takes the write lock first, so two players acting at once get 1 and 2, not 1 and 1.
+    ``kind`` defaults to ``story`` for a story turn and ``act`` otherwise.
+    """
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed must be in 0..2**63-1, got {seed}")
+    story_id = None if story is None else _id(story)
+    seq = None
+    if story_id is not None:
+        bumped = await session.execute(
+            update(Story)
+            .where(Story.id == story_id, Story.status == StoryStatus.ACTIVE)
+            .values(last_seq=Story.last_seq + 1)
+            .returning(Story.last_seq)
+        )
+        seq = bumped.scalar_one_or_none()
+        if seq is None:
+            raise StoryClosedError(story_id)
+    job_kind = JobKind(kind) if kind is not None else (JobKind.STORY if story_id is not None else JobKind.ACT)
+    turn = Turn(
+        character_id=_id(character),
+        story_id=story_id,
+        seq=seq,
+        instruction=instruction,
+        seed=seed,
+        model=model,
+        model_key=model_key or model,
+    )
+    job = Job(
+        turn=turn,
+        task_id=task_id or new_task_id(),
+        kind=job_kind,
+        guild_id=guild_id,
+        channel_id=channel_id,
+        user_id=user_id,
+        deadline_at=deadline_at,
+    )
+    session.add_all([turn, job])
+    await session.flush()
+    return turn, job
+
+
+# --------------------------------------------------------------------------------------------
+# Moves (game.jobs.MOVES), one guarded UPDATE each
+# --------------------------------------------------------------------------------------------
+
+
+async def _move(session: AsyncSession, job_id: int, event: Event, *guards: ColumnElement[bool], **values: Any) -> bool:
+    rule = MOVES[event]
+    result = await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(rule.sources), *guards)
+        .values(status=rule.target, **values)
+        .returning(Job.id)
+    )
+    return _changed(result)
+
+
+async def mark_sent(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
+    """The outbox handed the task to the broker. A job that already had a deadline keeps it:
+    the player's wait counts from when they asked, not from when the broker came back."""
+    return await _move(
+        session,
+        job_id,
+        Event.SENT,
+        Job.sent_at.is_(None),
+        sent_at=utcnow(),
+        attempts=Job.attempts + 1,
+        deadline_at=func.coalesce(Job.deadline_at, deadline),
+    )
+
+
+async def arm_deadline(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
+    """Give a story turn that may now be sent its own deadline (it had none while it waited)."""
+    result = await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.QUEUED, Job.deadline_at.is_(None))
+        .values(deadline_at=deadline)
+        .returning(Job.id)
+    )
+    return _changed(result)
+
+
+async def mark_started(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
+    """queued -> running: a worker claimed it."""
+    return await _move(
+        session,
+        job_id,
+        Event.STARTED,
+        Job.sent_at.is_not(None),
+        started_at=func.coalesce(Job.started_at, utcnow()),
+        deadline_at=deadline,
+    )
+
+
+async def beat(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
+    """Its worker was seen: the running job's deadline moves on."""
+    return await _move(session, job_id, Event.BEAT, deadline_at=deadline)
+
+
+async def update_progress(session: AsyncSession, job_id: int, step: int, total: int) -> bool:
+    """Record step/total of a running job, for /queue; not a move."""
+    if total <= 0 or step < 0:
+        raise ValueError(f"progress needs 0 <= step and 0 < total, got {step}/{total}")
+    step = min(step, total)
+    result = await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.RUNNING)
+        .values(step=step, total=total, progress=step / total)
+        .returning(Job.id)
+    )
+    return _changed(result)
+
+
+async def hand_back(session: AsyncSession, job_id: int, deadline: datetime, reason: str) -> bool:
+    """running -> queued and not sent: its worker vanished, so the outbox sends it again."""
+    return await _move(
+        session, job_id, Event.HANDED_BACK, sent_at=None, deadline_at=deadline, error=reason, step=0, progress=0.0
+    )
+
+
+async def requeue(session: AsyncSession, job_id: int) -> bool:
+    """queued and sent -> queued and not sent: the broker lost its message, so the outbox sends it again."""
+    return await _move(session, job_id, Event.REQUEUED, Job.sent_at.is_not(None), sent_at=None)
+
+
+async def fail_job(session: AsyncSession, job_id: int, error: str) -> bool:
+    """A job in flight -> failed, keeping the error's details (for the log and /admin audit)."""
+    return await _move(session, job_id, Event.FAILED, error=error, finished_at=utcnow(), deadline_at=None)
+
+
+async def cancel_job(session: AsyncSession, job_id: int) -> bool:
+    """A job in flight -> cancelled, so a result arriving later is never applied."""
+    return await _move(session, job_id, Event.CANCELLED, finished_at=utcnow(), deadline_at=None)
+
+
+async def expire_job(session: AsyncSession, job_id: int) -> bool:
+    """A queued job nobody picked up in time -> expired."""
+    return await _move(
+        session, job_id, Event.EXPIRED, error="no worker picked it up in time", finished_at=utcnow(), deadline_at=None
+    )
+
+
+async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, clip_path: str | None) -> bool:
+    """Apply a finished turn to its character, once per job id; False if nothing was applied.
+
+    The claim comes first: the SUCCEEDED move, also stamping ``applied_at``. Only the caller
+    whose UPDATE matched goes on to change the character, so a second delivery of the same
+    result, or a result for a job cancelled meanwhile, changes nothing. Claiming before reading
+    also means the reads below happen inside the write transaction (SQLite's driver only opens
+    one at the first write), so the character is re-read as it is now, under FOR UPDATE where
+    the database has it. A mismatched result raises, rolling the claim back.
+    """
+    now = utcnow()
+    rule = MOVES[Event.SUCCEEDED]
+    claimed = (
+        await session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status.in_(rule.sources), Job.applied_at.is_(None))
+            .values(
+                status=rule.target,
+                progress=1.0,
+                step=Job.total,
+                finished_at=now,
+                applied_at=now,
+                started_at=func.coalesce(Job.started_at, now),
+                deadline_at=None,
+            )
+            .returning(Job.turn_id, Job.task_id)
+        )
+    ).one_or_none()
+    if claimed is None:
+        log.info("job %s: result not applied (already applied, cancelled, failed or gone)", job_id)
+        return False
+    turn_id, task_id = claimed
+    if result.job_id not in (str(job_id), task_id):
+        raise ResultMismatchError(f"result for job {result.job_id!r} handed to job {job_id} ({task_id})")
+
+    turn = (
+        await session.execute(select(Turn).where(Turn.id == turn_id).execution_options(populate_existing=True))
+    ).scalar_one()
+    character = (
+        await session.execute(
+            select(Character)
+            .where(Character.id == turn.character_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    ).scalar_one()
+
+    after = CharacterState(
+        stamina=character.stamina, social=character.social, entertainment=character.entertainment
+    ).apply(result.deltas)
+    character.stamina, character.social, character.entertainment = after.stamina, after.social, after.entertainment
+
+    turn.model = result.model
+    turn.d_motion = result.deltas.motion
+    turn.d_social = result.deltas.social
+    turn.d_entertainment = result.deltas.entertainment
+    turn.d_stamina = result.deltas.stamina
+    turn.stamina_after, turn.social_after, turn.entertainment_after = after.stamina, after.social, after.entertainment
+    turn.flow = result.flow
+    turn.representation = result.representation
+    turn.clip_path = clip_path
+    turn.timings = json.dumps(result.timings)
+    await session.flush()
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Around the moves: messages, cancel marks, posting
+# --------------------------------------------------------------------------------------------
+
+
+async def set_job_messages(
+    session: AsyncSession,
+    job_id: int,
+    *,
+    progress_message_id: int | None = None,
+    result_message_id: int | None = None,
+) -> None:
+    """Remember the Discord messages of a job, so a restarted bot edits them instead of reposting."""
+    values: dict[str, int] = {}
+    if progress_message_id is not None:
+        values["progress_message_id"] = progress_message_id
+    if result_message_id is not None:
+        values["result_message_id"] = result_message_id
+    if values:
+        await session.execute(update(Job).where(Job.id == job_id).values(**values))
+
+
+async def note_cancel_marked(session: AsyncSession, job_id: int) -> None:
+    await session.execute(update(Job).where(Job.id == job_id).values(cancel_marked_at=utcnow()))
+
+
+async def note_post_failure(session: AsyncSession, job_id: int) -> int:
+    """Count a failed post of a finished turn; returns how many have failed."""
+    result = await session.execute(
+        update(Job).where(Job.id == job_id).values(post_attempts=Job.post_attempts + 1).returning(Job.post_attempts)
+    )
+    return result.scalar_one()
+
+
+# --------------------------------------------------------------------------------------------
+# Reading jobs back
+# --------------------------------------------------------------------------------------------
+
+
+def _job_info_select() -> Any:
+    return select(
+        Job.id,
+        Job.task_id,
+        Job.kind,
+        Job.status,
+        Job.turn_id,
+        Turn.character_id,
+        Turn.story_id,
+        Turn.seq,
+        Turn.instruction,
+        Turn.model_key,
+        Job.progress,
+        Job.step,
+        Job.total,
+        Job.guild_id,
+        Job.channel_id,
+        Job.user_id,
+        Job.progress_message_id,
+        Job.result_message_id,
+        Job.queued_at,
+        Job.started_at,
+        Job.sent_at,
+        Job.attempts,
+        Job.deadline_at,
+        Job.post_attempts,
+    ).join(Turn, Job.turn_id == Turn.id)
+
+
+def _job_info(row: Sequence[Any]) -> JobInfo:
+    return JobInfo(*row)
+
+
+async def get_job(session: AsyncSession, job_id: int) -> JobInfo | None:
+    row = (await session.execute(_job_info_select().where(Job.id == job_id))).one_or_none()
+    return None if row is None else _job_info(row)
+
+
+async def jobs_in_flight(session: AsyncSession) -> list[JobInfo]:
+    """Every queued or running job, oldest first: what the supervisor watches, also after a restart."""
+    stmt = _job_info_select().where(Job.status.in_(IN_FLIGHT)).order_by(Job.id)
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+def waits_for_story() -> ColumnElement[bool]:
+    """A story turn waits while an earlier turn of its story is still in flight (its history is not made yet)."""
+    earlier_turn, earlier_job = aliased(Turn), aliased(Job)
+    return exists(
+        select(earlier_job.id)
+        .join(earlier_turn, earlier_job.turn_id == earlier_turn.id)
+        .where(
+            earlier_turn.story_id == Turn.story_id,
+            earlier_turn.seq < Turn.seq,
+            earlier_job.status.in_(IN_FLIGHT),
+        )
+    )
+
+
+async def jobs_to_send(session: AsyncSession) -> list[JobInfo]:
+    """The outbox: committed jobs whose task is not with the broker, and that may go now."""
+    stmt = (
+        _job_info_select()
+        .where(
+            Job.status == JobStatus.QUEUED, Job.sent_at.is_(None), ~and_(Turn.story_id.is_not(None), waits_for_story())
+        )
+        .order_by(Job.id)
+    )
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def cancels_to_mark(session: AsyncSession) -> list[JobInfo]:
+    """Cancelled jobs that were sent but whose workers have not been told yet (the store was down)."""
+    stmt = (
+        _job_info_select()
+        .where(Job.status == JobStatus.CANCELLED, Job.sent_at.is_not(None), Job.cancel_marked_at.is_(None))
+        .order_by(Job.id)
+    )
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def jobs_to_post(session: AsyncSession) -> list[JobInfo]:
+    """Jobs applied but not yet posted: the delivery posts these, also after a restart."""
+    stmt = (
+        _job_info_select()
+        .where(Job.status == JobStatus.DONE, Job.applied_at.is_not(None), Job.result_message_id.is_(None))
+        .where(Job.channel_id.is_not(None))
+        .order_by(Job.id)
+    )
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def earlier_story_turns_unposted(session: AsyncSession, story_id: int, seq: int) -> bool:
+    """Whether a story turn before ``seq`` will still be posted: its posts keep the story's order."""
+    stmt = (
+        select(Job.id)
+        .join(Turn, Job.turn_id == Turn.id)
+        .where(
+            Turn.story_id == story_id,
+            Turn.seq < seq,
+            (Job.status.in_(IN_FLIGHT)) | ((Job.status == JobStatus.DONE) & Job.result_message_id.is_(None)),
+        )
+        .limit(1)
+    )
+    return (await session.execute(stmt)).first() is not None
+
+
+async def user_jobs_in_flight(session: AsyncSession, guild_id: int, user_id: int) -> list[JobInfo]:
+    stmt = (
+        _job_info_select()
+        .where(Job.guild_id == guild_id, Job.user_id == user_id, Job.status.in_(IN_FLIGHT))
+        .order_by(Job.id)
+    )
+    return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def has_turn_in_flight(session: AsyncSession, character: Character | int) -> bool:
+    """Whether the character already has a queued or running turn (one at a time per player)."""
+    stmt = (
+        select(Job.id)
+        .join(Turn, Job.turn_id == Turn.id)
+        .where(Turn.character_id == _id(character), Job.status.in_(IN_FLIGHT))
+        .limit(1)
+    )
+    return (await session.execute(stmt)).first() is not None
+
+
+async def queue_position(session: AsyncSession, job_id: int) -> int | None:
+    """How many queued jobs are ahead of this one (0: next); None once it is no longer queued."""
+    status = (await session.execute(select(Job.status).where(Job.id == job_id))).scalar_one_or_none()
+    if status != JobStatus.QUEUED:
+        return None
+    stmt = select(func.count()).select_from(Job).where(Job.status == JobStatus.QUEUED, Job.id < job_id)
+    return (await session.execute(stmt)).scalar_one()
+
+
+async def average_turn_seconds(session: AsyncSession, default: float) -> float:
+    """Mean start-to-done time of the last 20 turns, for the ETA shown to players."""
+    stmt = (
+        select(Job.started_at, Job.finished_at)
+        .where(Job.status == JobStatus.DONE, Job.started_at.is_not(None), Job.finished_at.is_not(None))
+        .order_by(Job.id.desc())
+        .limit(20)
+    )
+    rows = (await session.execute(stmt)).all()
+    return sum((f - s).total_seconds() for s, f in rows) / len(rows) if rows else default
+
+
+async def turn_of_job(session: AsyncSession, job_id: int) -> tuple[Job, Turn, Character | None] | None:
+    """A job, its turn and the character who played it (None for a turn its player started over from)."""
+    stmt = (
+        select(Job, Turn, Character)
+        .join(Turn, Job.turn_id == Turn.id)
+        .outerjoin(Character, Turn.character_id == Character.id)
+        .where(Job.id == job_id)
+    )
+    row = (await session.execute(stmt)).one_or_none()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+# --------------------------------------------------------------------------------------------
+# History: the past turns a prompt carries
+# --------------------------------------------------------------------------------------------
+
+
+async def build_history(
+    session: AsyncSession, source: Character | Story, window: int, model_key: str | None = None
+) -> list[HistoryTurn]:
+    """The past completed turns the next prompt sees, oldest first (window N: N - 1 of them).
+
+    For a story these are the story's turns, whoever played them, in ``seq`` order; for a
+    character, its own turns in the order they were made. Turns still in flight, failed or
+    cancelled have no representation and never count. With ``model_key``, only turns whose
+    representation the same weights made: a representation from another character's MLLM
+    means nothing to this one.
+    """
+    completed = Turn.stamina_after.is_not(None) & Turn.representation.is_not(None)
+    if model_key is not None:
+        completed = completed & (Turn.model_key == model_key)
+    if isinstance(source, Story):
+        stmt = select(Turn).where(Turn.story_id == source.id, completed).order_by(Turn.seq.desc())
+    elif isinstance(source, Character):
+        stmt = select(Turn).where(Turn.character_id == source.id, completed).order_by(Turn.id.desc())
+    else:
+        raise TypeError(f"build_history takes a Character or a Story, not {type(source).__name__}")
+    # At most MAX_WINDOW - 1 turns can ever be used; game.history decides how many of them are.
+    newest = list((await session.execute(stmt.limit(MAX_WINDOW - 1))).scalars())
+    return [history_turn(t) for t in past_turns_for(newest[::-1], window)]
+
+
+def history_turn(turn: Turn) -> HistoryTurn:
+    """A completed turn as a prompt's history carries it."""
+    assert turn.representation is not None
+    return HistoryTurn(
+        instruction=turn.instruction,
+        representation=turn.representation,
+        deltas=StateDeltas(
+            motion=turn.d_motion,
+            social=turn.d_social,
+            entertainment=turn.d_entertainment,
+            stamina=turn.d_stamina,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _id(obj: Any) -> int:
+    return obj if isinstance(obj, int) else obj.id
+
+
+def _changed(result: Any) -> bool:
+    # RETURNING rather than rowcount: SQLite's driver reports rowcount for UPDATE ... RETURNING
+    # only after the rows are fetched, and both backends support RETURNING.
+    return result.scalar_one_or_none() is not None

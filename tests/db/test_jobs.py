@@ -1,0 +1,169 @@
+"""Jobs in the database: each move is one guarded UPDATE, the outbox, story order, history that never mixes models."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from db import jobs as j
+from db import queries as q
+from db.base import utcnow
+from db.models import Job, JobStatus, Turn
+from game.contract import TurnResult
+
+Sessions = async_sessionmaker[AsyncSession]
+GUILD = 1_000_000_000_000_000_001
+LINE = "Character: {name}; Motion: wave; Background: town."
+SOON = timedelta(minutes=1)
+
+
+async def _character(sessions: Sessions, user_id: int, name: str = "Qiqi") -> int:
+    async with sessions() as s, s.begin():
+        return (await q.get_or_create_character(s, GUILD, user_id, name)).id
+
+
+async def _queue(sessions: Sessions, character_id: int, *, story: int | None = None, name="Qiqi", key=None) -> int:
+    async with sessions() as s, s.begin():
+        _, job = await j.create_turn(s, character_id, LINE.format(name=name), 1, "tiny", model_key=key, story=story)
+        return job.id
+
+
+async def _status(sessions: Sessions, job_id: int) -> JobStatus:
+    async with sessions() as s:
+        return (await s.get_one(Job, job_id)).status
+
+
+async def _force(sessions: Sessions, job_id: int, status: JobStatus) -> None:
+    async with sessions() as s, s.begin():
+        await s.execute(update(Job).where(Job.id == job_id).values(status=status, sent_at=utcnow()))
+
+
+MOVES: dict[str, tuple[Callable[[AsyncSession, int], Awaitable[bool]], set[JobStatus]]] = {
+    "sent": (lambda s, i: j.mark_sent(s, i, utcnow() + SOON), {JobStatus.QUEUED}),
+    "started": (lambda s, i: j.mark_started(s, i, utcnow() + SOON), {JobStatus.QUEUED}),
+    "beat": (lambda s, i: j.beat(s, i, utcnow() + SOON), {JobStatus.RUNNING}),
+    "handed back": (lambda s, i: j.hand_back(s, i, utcnow() + SOON, "gone"), {JobStatus.RUNNING}),
+    "failed": (lambda s, i: j.fail_job(s, i, "boom"), {JobStatus.QUEUED, JobStatus.RUNNING}),
+    "cancelled": (lambda s, i: j.cancel_job(s, i), {JobStatus.QUEUED, JobStatus.RUNNING}),
+    "expired": (lambda s, i: j.expire_job(s, i), {JobStatus.QUEUED}),
+    "requeued": (lambda s, i: j.requeue(s, i), {JobStatus.QUEUED}),
+}
+
+
+@pytest.mark.parametrize("status", list(JobStatus))
+@pytest.mark.parametrize("name", list(MOVES))
+async def test_each_move_changes_only_a_job_in_one_of_its_sources(sessions: Sessions, name: str, status) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 1))
+    await _force(sessions, job_id, status)
+    if name == "sent":  # the outbox's move is for a job not sent yet
+        async with sessions() as s, s.begin():
+            await s.execute(update(Job).values(sent_at=None))
+    apply, sources = MOVES[name]
+    async with sessions() as s, s.begin():
+        moved = await apply(s, job_id)
+    assert moved is (status in sources)
+    if not moved:
+        assert await _status(sessions, job_id) is status
+
+
+async def test_a_cancel_racing_a_result_lets_exactly_one_win(sessions: Sessions, make_result) -> None:
+    async def cancel(job_id: int) -> bool:
+        async with sessions() as s, s.begin():
+            return await j.cancel_job(s, job_id)
+
+    async def apply(job_id: int, result: TurnResult) -> bool:
+        async with sessions() as s, s.begin():
+            return await j.apply_result(s, job_id, result, None)
+
+    for _ in range(5):
+        job_id = await _queue(sessions, await _character(sessions, 2))
+        outcomes = await asyncio.gather(cancel(job_id), apply(job_id, make_result(job_id, stamina=1)))
+        assert sorted(outcomes) == [False, True]
+        assert await _status(sessions, job_id) in (JobStatus.CANCELLED, JobStatus.DONE)
+
+
+async def test_two_outboxes_sending_the_same_job_record_one_send(sessions: Sessions) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 3))
+
+    async def send() -> bool:
+        async with sessions() as s, s.begin():
+            return await j.mark_sent(s, job_id, utcnow() + SOON)
+
+    assert sorted(await asyncio.gather(send(), send())) == [False, True]
+    async with sessions() as s:
+        assert (await s.get_one(Job, job_id)).attempts == 1
+
+
+async def test_a_send_keeps_the_deadline_the_player_was_given(sessions: Sessions) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 4))
+    promised = utcnow() + timedelta(seconds=90)
+    async with sessions() as s, s.begin():
+        await s.execute(update(Job).values(deadline_at=promised))
+        await j.mark_sent(s, job_id, utcnow() + timedelta(hours=1))
+    async with sessions() as s:
+        assert abs((await s.get_one(Job, job_id)).deadline_at - promised) < timedelta(seconds=1)
+
+
+async def test_a_handed_back_job_goes_back_to_the_outbox(sessions: Sessions) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 5))
+    async with sessions() as s, s.begin():
+        await j.mark_sent(s, job_id, utcnow() + SOON)
+        await j.mark_started(s, job_id, utcnow() + SOON)
+        assert await j.hand_back(s, job_id, utcnow() + SOON, "its worker stopped reporting")
+    async with sessions() as s:
+        assert [job.id for job in await j.jobs_to_send(s)] == [job_id]
+
+
+async def test_a_story_turn_is_sent_only_after_the_turn_before_it_ends(sessions: Sessions, make_result) -> None:
+    async with sessions() as s, s.begin():
+        story = (await q.create_story(s, GUILD, 77, "Night flight", 1)).id
+    first = await _queue(sessions, await _character(sessions, 6), story=story)
+    second = await _queue(sessions, await _character(sessions, 7, "Sosuke"), story=story, name="Sosuke")
+    async with sessions() as s:
+        assert [job.id for job in await j.jobs_to_send(s)] == [first]
+    async with sessions() as s, s.begin():
+        await j.mark_sent(s, first, utcnow() + SOON)
+    async with sessions() as s:
+        assert await j.jobs_to_send(s) == []  # the first is in flight: the second waits for its history
+    async with sessions() as s, s.begin():
+        assert await j.apply_result(s, first, make_result(first), None)
+    async with sessions() as s:
+        assert [job.id for job in await j.jobs_to_send(s)] == [second]
+
+
+async def test_history_only_carries_representations_of_the_same_model(sessions: Sessions, make_result) -> None:
+    async with sessions() as s, s.begin():
+        story = await q.create_story(s, GUILD, 78, "Two pairs", 1)
+    qiqi, sosuke = await _character(sessions, 8, "Qiqi"), await _character(sessions, 9, "Sosuke")
+    for character, name in ((qiqi, "Qiqi"), (sosuke, "Sosuke"), (qiqi, "Qiqi")):
+        job_id = await _queue(sessions, character, story=story.id, name=name, key=f"animegamer:{name.lower()}")
+        async with sessions() as s, s.begin():
+            assert await j.apply_result(s, job_id, make_result(job_id), None)
+    async with sessions() as s:
+        story = await s.get_one(type(story), story.id)
+        for_qiqi = await j.build_history(s, story, window=5, model_key="animegamer:qiqi")
+        for_sosuke = await j.build_history(s, story, window=5, model_key="animegamer:sosuke")
+    assert len(for_qiqi) == 2 and len(for_sosuke) == 1
+    assert all("Qiqi" in turn.instruction for turn in for_qiqi)
+
+
+async def test_reset_keeps_the_players_story_turns_as_a_former_players(sessions: Sessions, make_result) -> None:
+    async with sessions() as s, s.begin():
+        story = (await q.create_story(s, GUILD, 79, "Shared", 1)).id
+    character = await _character(sessions, 10)
+    solo, shared = await _queue(sessions, character), await _queue(sessions, character, story=story)
+    for job_id in (solo, shared):
+        async with sessions() as s, s.begin():
+            assert await j.apply_result(s, job_id, make_result(job_id), None)
+    async with sessions() as s, s.begin():
+        await q.reset_character(s, await s.get_one(q.Character, character))
+    async with sessions() as s:
+        turns = await q.story_turns(s, story)
+        remaining = (await s.execute(select(Turn.id, Turn.character_id))).all()
+    assert [name for _, name in turns] == [q.FORMER_PLAYER]
+    assert len(remaining) == 1 and remaining[0][1] is None  # the solo turn is forgotten, the story's is kept
