@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker
     visibility_timeout: int = Field(default=0, ge=0)  # 0: task_time_limit + 60; redelivery after a lost worker
     broker_timeout: float = Field(default=3.0, gt=0)  # seconds to wait for a broker before saying so
+    lease_seconds: float = Field(default=30.0, ge=1.0)  # a running turn's worker unseen this long is gone
+    pickup_timeout: float = Field(default=0.0, ge=0)  # seconds a turn waits for a worker; 0: 3x its ETA, >= 2 min
+    db_busy_timeout: float = Field(default=5.0, gt=0)  # seconds a SQLite write waits for another writer
 
     # The Discord bot.
     discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")
@@ -42,6 +45,7 @@ class Settings(BaseSettings):
     dev_guild: int | None = Field(default=None, validation_alias="DEV_GUILD")  # sync commands to this guild only
     characters: list[str] = ["Qiqi", "Sosuke"]  # /start offers these; animegamer workers load each one's pair
     delivery_poll_seconds: float = Field(default=1.0, gt=0)  # how often the bot checks jobs in flight
+    delivery_concurrency: int = Field(default=8, ge=1)  # clips posted at once (each story's in order)
     progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
     upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller
 

@@ -53,6 +53,10 @@ class Worker:
             self.proc.send_signal(sig)
             self.proc.wait(30)
 
+    def said(self, text: str) -> int:
+        """How many lines of the worker's log contain ``text``."""
+        return sum(text in line for line in self.log.read_text(errors="replace").splitlines())
+
 
 def worker_env(data_dir: Path, broker_url: str | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
@@ -80,13 +84,16 @@ def settings_for(env: dict[str, str]) -> Settings:
     )
 
 
-def start_worker(env: dict[str, str]) -> Worker:
-    """Start a worker and wait until it has loaded the model and is consuming."""
+def start_worker(env: dict[str, str], module: str = "animegamer") -> Worker:
+    """Start a worker and wait until it has loaded the model and is consuming.
+
+    ``module`` runs instead of ``animegamer`` (e.g. ``tests.faulty_worker``, whose pipeline hangs on request).
+    """
     log = Path(env["ANIMEGAMER_DATA_DIR"]) / f"worker-{uuid.uuid4().hex[:6]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "animegamer", "worker", "--loglevel", "INFO"],
+            [sys.executable, "-m", module, *(["worker"] if module == "animegamer" else []), "--loglevel", "INFO"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -2,8 +2,11 @@
 
 The bot and the CLI import this module to send ``animegamer.generate_turn`` by name; a
 worker process imports it too and then ``worker.tasks`` registers the task. Long GPU turns
-want late acks (a crashed worker's turn is redelivered, which is safe because a turn is a pure
-function of its request), one message prefetched at a time, and a hard time limit.
+want late acks (a worker that vanishes leaves its message to be delivered again; the job's
+claim keeps a second delivery from running it twice), one message prefetched at a time, and a
+hard time limit, which the prefork pool enforces by killing the child (stored as a failure).
+A pool child that dies mid-turn (a segfault, the OOM killer) is stored as a failure too: a turn
+that kills its child would kill the next one, so it is not redelivered.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def make_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_track_started=True,
         task_time_limit=settings.task_time_limit,
+        worker_lost_wait=2.0,  # report a dead pool child's turn in 2 s, not 10
         task_soft_time_limit=max(settings.task_time_limit - 30, 5),
         task_default_queue=settings.queue,
         task_routes={TASK_NAME: {"queue": settings.queue}},

@@ -8,6 +8,10 @@ and acknowledged rows pile up forever. This subclass gives it Redis's semantics:
 - a message delivered more than ``visibility_timeout`` seconds ago and still not acknowledged
   becomes visible again, so another worker picks it up.
 
+One lock guards the channel's SQLAlchemy session: under the prefork pool, billiard's result
+and timeout handler threads acknowledge messages (``basic_ack``) while the main thread is
+inside ``_get``, and a session shared by two threads ends "in 'prepared' state".
+
 ``worker.celery_app`` registers it as the ``sqla`` transport, so broker URLs keep kombu's form
 (``sqla+sqlite:///data/broker.db``).
 """
@@ -15,11 +19,25 @@ and acknowledged rows pile up forever. This subclass gives it Redis's semantics:
 from __future__ import annotations
 
 import datetime
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kombu.transport import sqlalchemy as kombu_sqla
 from kombu.transport.virtual import Message
 
 DEFAULT_VISIBILITY_TIMEOUT = 3600.0
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    @functools.wraps(method)
+    def run(self: Channel, *args: Any, **kwargs: Any) -> Any:
+        with self._session_lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
 
 
 class Channel(kombu_sqla.Channel):
@@ -27,6 +45,7 @@ class Channel(kombu_sqla.Channel):
         options = connection.client.transport_options
         self.visibility_timeout = float(options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT))
         self._row_by_tag: dict[str, int] = {}
+        self._session_lock = threading.RLock()
         super().__init__(connection, **kwargs)
 
     def _engine_from_config(self):
@@ -39,6 +58,7 @@ class Channel(kombu_sqla.Channel):
         finally:
             client.transport_options = saved
 
+    @_locked
     def _get(self, queue: str):
         self._restore_expired(queue)
         obj = self._get_or_create(queue)
@@ -71,21 +91,37 @@ class Channel(kombu_sqla.Channel):
         ).update({"visible": True}, synchronize_session=False)
         self.session.commit()
 
+    @_locked
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+        super()._put(queue, payload, **kwargs)
+
+    @_locked
+    def _purge(self, queue: str) -> int:
+        return super()._purge(queue)
+
+    @_locked
+    def _size(self, queue: str) -> int:
+        return super()._size(queue)
+
+    @_locked
     def _forget(self, delivery_tag: str) -> None:
         row_id = self._row_by_tag.pop(delivery_tag, None)
         if row_id is not None:
             self.session.query(self.message_cls).filter(self.message_cls.id == row_id).delete()
             self.session.commit()
 
+    @_locked
     def basic_ack(self, delivery_tag, multiple: bool = False) -> None:
         super().basic_ack(delivery_tag, multiple=multiple)
         self._forget(delivery_tag)
 
+    @_locked
     def basic_reject(self, delivery_tag, requeue: bool = False) -> None:
         # A requeue goes through _restore, which writes a fresh row.
         super().basic_reject(delivery_tag, requeue=requeue)
         self._forget(delivery_tag)
 
+    @_locked
     def _restore(self, message: Message) -> None:
         super()._restore(message)
         self._forget(message.delivery_tag)

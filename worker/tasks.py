@@ -1,30 +1,43 @@
 """The one task: a TurnRequest in, a TurnResult out, progress as task state.
 
-The pipeline lives on the Task instance, which Celery creates once per worker process, so the
-model is loaded on the first turn (or at worker start, see ``animegamer worker``) and never per
-task. torch is imported only when the pipeline is first needed.
+The pipeline lives on the Task instance, created once per worker process, so the model is
+loaded once (in the pool's child, or inherited from the parent on the CPU, see
+``animegamer worker``) and never per task. torch is imported only when the pipeline is needed.
+
+Before it computes anything the task takes the job's claim (``worker.control``): a turn that
+was cancelled, or that another delivery of the same message already holds or finished, is
+dropped with ``Ignore`` (nothing stored, the message acknowledged). While it runs, a heartbeat
+thread renews the claim, and every progress report checks the cancel mark, so a cancelled
+turn stops at its next denoising step. The claim is marked ended once Celery has stored the
+outcome (``task_postrun``), so the bot never sees an ended claim without its result.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
-from celery import Task
+from celery import Task, signals
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from animegamer.settings import get_settings
 from game.contract import TASK_NAME, TurnRequest
 from game.instruction import parse
-from worker.celery_app import RELEASE_MODEL, app
+from worker.celery_app import RELEASE_MODEL, app, served_queues
+from worker.control import Claim, JobControl, control_for
 
 if TYPE_CHECKING:
     from worker.pipeline.pipeline import AnimeGamerPipeline
 
 log = logging.getLogger(__name__)
 
-ANY_CHARACTER = "*"  # random-weight models are no character's
+ANY_CHARACTER = "*"  # random-weight and toy models are no one character's
 PROGRESS_EVERY_SECONDS = 0.2  # a result-store write per denoising step would slow small models
 
 
@@ -32,10 +45,46 @@ class InvalidTurnRequest(ValueError):
     """The request does not follow the contract; retrying cannot help."""
 
 
+class TurnCancelled(RuntimeError):
+    """The player cancelled the turn while it ran; raised from the progress callback to stop the loop."""
+
+
+class TurnTooLong(RuntimeError):
+    """The turn ran past its time limit."""
+
+
+class Heartbeat:
+    """A thread that renews this process's claims and its presence, every third of the lease.
+
+    It runs beside the turn, so a turn busy in one long GPU call still keeps its claim; a
+    process that dies stops renewing, and its claims lapse after one lease.
+    """
+
+    def __init__(self, control: JobControl, owner: str, lease: float, queues: list[str]) -> None:
+        self.control, self.owner, self.lease, self.queues = control, owner, lease, queues
+        self.holding: set[str] = set()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="animegamer-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.control.renew(list(self.holding), self.owner, self.lease)
+                self.control.announce(self.owner, self.queues, self.lease)
+            except Exception as exc:  # a store that is down now may be back at the next beat
+                log.warning("heartbeat not recorded: %s", exc)
+            self._wake.wait(self.lease / 3)
+
+
 class PipelineTask(Task):
-    """Holds this process's pipelines: one for random weights, or one per served character's pair."""
+    """Holds this process's pipelines (one for any character, or one per served character's pair)."""
 
     _pipelines: dict[str, AnimeGamerPipeline] | None = None
+    _heartbeat: Heartbeat | None = None
+    _control: JobControl | None = None
 
     @property
     def pipelines(self) -> dict[str, AnimeGamerPipeline]:
@@ -64,6 +113,30 @@ class PipelineTask(Task):
             raise InvalidTurnRequest(f"This worker serves {', '.join(pipelines)}, not {character}.")
         return found
 
+    @property
+    def control(self) -> JobControl:
+        if self._control is None:
+            settings = get_settings()
+            self._control = control_for(settings.result_backend, settings.broker_timeout)
+        return self._control
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """Started on first use in each process (a forked pool child gets a thread of its own)."""
+        if self._heartbeat is None:
+            settings = get_settings()
+            owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+            self._heartbeat = Heartbeat(self.control, owner, settings.lease_seconds, served_queues(settings))
+            self._heartbeat.start()
+        return self._heartbeat
+
+    def reset_after_fork(self) -> None:
+        """A forked child must not share its parent's store connections or heartbeat thread."""
+        if self._control is not None:
+            self._control.close()
+        self._control = None
+        self._heartbeat = None
+
 
 @app.task(bind=True, base=PipelineTask, name=TASK_NAME)
 def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]:
@@ -74,17 +147,66 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
             f"Invalid turn request: {exc.error_count()} error(s): {exc.errors()[0]['msg']}"
         ) from exc
 
+    task_id: str = self.request.id
+    heartbeat = self.heartbeat
+    claim = self.control.claim(task_id, heartbeat.owner, heartbeat.lease)
+    if claim is not Claim.CLAIMED:
+        log.info("turn %s (job %s) not run: %s", task_id, turn.job_id, claim)
+        raise Ignore()
+    heartbeat.holding.add(task_id)
+
     last_report = 0.0
 
     def report(stage: str, step: int, total: int) -> None:
+        # Every report is a place to stop: the pipeline calls it between stages and after each step.
         nonlocal last_report
+        if _cancelled(self.control, task_id):
+            raise TurnCancelled(task_id)
         now = time.monotonic()
         if step in (0, total) or now - last_report >= PROGRESS_EVERY_SECONDS:
             last_report = now
-            self.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
+            try:
+                self.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
+            except Exception as exc:  # progress is for show; a store that is down must not fail the turn
+                log.warning("progress of %s not stored: %s", task_id, exc)
 
-    if self._pipelines is None:
-        report("loading", 0, 1)  # only the first turn of a worker that was started with --no-preload
-    result = self.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
+    try:
+        if self._pipelines is None:
+            report("loading", 0, 1)  # only a worker started with --no-preload loads on its first turn
+        result = self.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
+    except TurnCancelled:
+        log.info("turn %s (job %s) cancelled while it ran; stopped", task_id, turn.job_id)
+        raise Ignore() from None
+    except SoftTimeLimitExceeded:
+        raise TurnTooLong(f"the turn took longer than {get_settings().task_time_limit} s") from None
     log.info("turn %s done in %.2fs", turn.job_id, sum(result.timings.values()))
     return result.model_dump(mode="json")
+
+
+def _cancelled(control: JobControl, task_id: str) -> bool:
+    try:
+        return control.cancelled(task_id)
+    except Exception as exc:  # the store is down: keep going; the bot ignores a cancelled turn's result
+        log.warning("cancel mark of %s unreadable: %s", task_id, exc)
+        return False
+
+
+@signals.task_postrun.connect(sender=generate_turn)
+def _end_claim(task_id: str | None = None, state: str | None = None, **_: Any) -> None:
+    """After Celery stored the outcome (or ignored the task): the claim is over."""
+    if task_id is None or state is None:
+        return
+    task = generate_turn
+    heartbeat = task._heartbeat
+    if heartbeat is None or task_id not in heartbeat.holding:
+        return  # dropped before claiming: the claim is someone else's
+    heartbeat.holding.discard(task_id)
+    try:
+        task.control.end(task_id, keep=float(app.conf.result_expires or 86400))
+    except Exception as exc:
+        log.warning("claim of %s not marked ended: %s", task_id, exc)
+
+
+@signals.worker_process_init.connect
+def _fresh_child(**_: Any) -> None:
+    generate_turn.reset_after_fork()

@@ -51,7 +51,10 @@ def test_a_request_that_breaks_the_contract_fails_with_a_clear_error(sqlite_work
 def test_a_turn_whose_worker_is_killed_mid_task_is_redelivered_not_lost(broker, tmp_path):
     url = redis_url_or_skip() if broker == "redis" else None
     # A long turn (1,000 denoising steps) so the kill lands mid-task, and a short visibility timeout.
-    env = worker_env(tmp_path, url, ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_VISIBILITY_TIMEOUT="3")
+    # The dead worker's claim lapses after its lease (2 s), before the broker hands the message on.
+    env = worker_env(
+        tmp_path, url, ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_VISIBILITY_TIMEOUT="3", ANIMEGAMER_LEASE_SECONDS="2"
+    )
     doomed = start_worker(env)
     async_result = send_turn(doomed, f"kill-{broker}")
     deadline = time.monotonic() + 60
@@ -67,6 +70,23 @@ def test_a_turn_whose_worker_is_killed_mid_task_is_redelivered_not_lost(broker, 
     finally:
         rescuer.kill(signal.SIGTERM)
     assert result.job_id == async_result.id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("worker", ["sqlite_worker", "redis_worker"])
+def test_a_turn_sent_twice_is_made_once(worker, request):
+    """The outbox may send a job again (a resend after a restart); the worker's claim drops the second copy."""
+    running: Worker = request.getfixturevalue(worker)
+    job_id = f"twice-{uuid.uuid4().hex[:8]}"
+    payload = [TurnRequest(job_id=job_id, instruction=LINE, seed=1).model_dump(mode="json")]
+    first = running.app.send_task(TASK_NAME, args=payload, task_id=job_id)
+    running.app.send_task(TASK_NAME, args=payload, task_id=job_id)
+    TurnResult.model_validate(first.get(timeout=120))
+    deadline = time.monotonic() + 30
+    while running.said(f"turn {job_id} (job {job_id}) not run: taken") == 0:
+        assert time.monotonic() < deadline, "the second copy was never dropped"
+        time.sleep(0.1)
+    assert running.said(f"turn {job_id} done in") == 1
 
 
 def test_a_broker_that_does_not_answer_is_reported_not_waited_for(tmp_path):
