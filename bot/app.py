@@ -16,11 +16,13 @@ from discord.ext import commands
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from animegamer.settings import Settings
-from bot.cogs.play.views import TurnButton
+from bot.buttons import TurnButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.queue import TurnQueue
+from bot.supervisor import Supervisor
 from bot.sync import sync_if_changed
+from bot.watchdog import LoopWatch
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade_async
 
@@ -54,25 +56,36 @@ class AnimeGamerBot(commands.AutoShardedBot):
             from worker.celery_app import app as celery_app
         self.settings = settings
         self.queue = TurnQueue(celery_app, settings.broker_timeout)
+        self.supervisor = Supervisor(self)
         self.delivery = Delivery(self)
+        self.loop_watch = LoopWatch()
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     async def setup_hook(self) -> None:
+        self.loop_watch.start()
         await upgrade_async(self.settings.database_url)
-        self.engine = make_engine(self.settings.database_url)
+        self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)
         self.sessions = make_sessionmaker(self.engine)
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)
         self.add_dynamic_items(TurnButton)
         await sync_if_changed(self)
-        self.delivery.start()
+        await self.supervisor.refresh_served()  # before the first command: which characters workers play
+        self.supervisor.start()
 
     async def on_ready(self) -> None:
         log.info("ready as %s in %d guilds (%d shards)", self.user, len(self.guilds), self.shard_count or 1)
 
+    def served_characters(self) -> list[str] | None:
+        """The characters some running worker plays, or None when any name is served (one model for all)."""
+        return self.supervisor.served
+
     async def close(self) -> None:
+        await self.supervisor.stop()
         await self.delivery.stop()
+        await self.loop_watch.stop()
         await super().close()
+        self.queue.close()
         if hasattr(self, "engine"):
             await self.engine.dispose()

@@ -1,4 +1,4 @@
-"""The buttons under every posted turn, and the play cog's modal and confirm view.
+"""The buttons under every posted turn and the Continue form: registered by the app, used by the delivery.
 
 The three result buttons are one ``DynamicItem``: the job id and the action live in the custom
 id (``ag:turn:<job>:<action>``), so they work on any message after any restart without a view
@@ -17,8 +17,8 @@ import discord
 
 from bot.errors import Refusal, refuse_or_raise
 from bot.turns import TurnInput, submit_turn
+from db.jobs import turn_of_job
 from db.models import Job, JobKind, Story, Turn
-from db.queries import turn_of_job
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -149,27 +149,3 @@ async def submit_continue(interaction: discord.Interaction) -> bool:
     except Exception as exc:
         await refuse_or_raise(interaction, exc)
     return True
-
-
-class ConfirmReset(discord.ui.View):
-    """Starting over loses a character's history, so it takes a second click."""
-
-    def __init__(self, user_id: int) -> None:
-        super().__init__(timeout=60)
-        self.user_id = user_id
-        self.confirmed: bool | None = None
-
-    async def interaction_check(self, interaction: discord.Interaction) -> bool:
-        return interaction.user.id == self.user_id
-
-    @discord.ui.button(label="Start over", style=discord.ButtonStyle.danger)
-    async def confirm(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
-        self.confirmed = True
-        await interaction.response.edit_message(content="Starting over…", view=None)
-        self.stop()
-
-    @discord.ui.button(label="Keep playing", style=discord.ButtonStyle.secondary)
-    async def keep(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
-        self.confirmed = False
-        await interaction.response.edit_message(content="Nothing changed.", view=None)
-        self.stop()

@@ -1,14 +1,22 @@
-"""The delivery loop: one asyncio task that watches every job in flight and posts finished turns.
+"""Posting finished turns: each job on its own task, a few at once, each story's posts in order.
 
-Each tick reads the jobs in flight from the database (so a restarted bot resumes them all),
-asks the result store how each is doing, edits progress messages (rate-limited), and for a
-finished turn: writes the clip, applies the result in one transaction (once per job id, in
-``db.queries.apply_result``), then posts. Posting uses a Discord nonce derived from the job id,
-so a bot killed between sending and recording the message id does not post twice when it
-comes back: Discord returns the message it already made.
+A finished turn (its result applied by the supervisor) is posted as a normal channel message
+replying to its progress message, so posting does not depend on the 15-minute interaction
+token. The post carries a Discord nonce derived from the job id, so a bot killed between
+posting and recording the message id does not post twice when it comes back: Discord returns
+the message it already made.
 
-A broker or result store that goes away (a Redis restart) makes ticks fail; the loop backs off
-and retries, and commands that need no queue keep working meanwhile.
+Failures stay with their job:
+
+- transient ones (a 5xx that outlived discord.py's own retries, a 429, the network, a full
+  disk) are retried with exponential backoff and jitter, up to ``MAX_POST_ATTEMPTS`` (counted
+  in the database, so a restart does not reset them);
+- permanent ones (the channel is gone, the bot may not post there, the thread is archived or
+  locked, the message is refused as too large) end the post at once;
+
+and either way, a post that will never happen is marked undeliverable and the player is told
+where their turn went (``Notices.reach``). No failure holds up another job; a story's turn
+waits only for the turns of the same story before it.
 """
 
 from __future__ import annotations
@@ -17,31 +25,24 @@ import asyncio
 import contextlib
 import io
 import logging
+import random
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import discord
-from pydantic import ValidationError
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
 from bot.clips import ClipTooLarge, fit_to_size
-from bot.queue import QueueUnavailable
-from bot.turns import progress_text
-from db.models import JobStatus
-from db.queries import (
+from db.jobs import (
     JobInfo,
-    apply_result,
-    fail_job,
-    get_job,
-    jobs_in_flight,
+    earlier_story_turns_unposted,
     jobs_to_post,
-    mark_job_running,
+    note_post_failure,
     set_job_messages,
     turn_of_job,
-    update_job_progress,
 )
-from game.contract import RANDOM_WEIGHTS_LABEL, TOY_LABEL, TurnResult
+from game.contract import RANDOM_WEIGHTS_LABEL, TOY_LABEL
 from game.state import CharacterState, StateDeltas
 
 if TYPE_CHECKING:
@@ -49,97 +50,100 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_SECONDS = 30.0
-UNDELIVERABLE = 0  # result_message_id for a turn whose channel is gone: never retried
+UNDELIVERABLE = 0  # result_message_id of a turn that will never be posted
+MAX_POST_ATTEMPTS = 8  # transient failures before a post is given up (about 10 minutes of backoff)
+BACKOFF_BASE_SECONDS, BACKOFF_MAX_SECONDS = 2.0, 300.0
+# Discord error codes that no retry can fix: unknown channel / message, missing access or
+# permissions, cannot message the user, thread archived or locked, request too large.
+PERMANENT_CODES = frozenset({10003, 10008, 50001, 50013, 50007, 50083, 160005, 40005, 50035})
+
+
+class PostRefused(Exception):
+    """The channel will never take this post; the message says why, for the player."""
+
+
+def is_permanent(exc: BaseException) -> bool:
+    if isinstance(exc, discord.Forbidden | discord.NotFound | PostRefused):
+        return True
+    if isinstance(exc, discord.HTTPException):
+        return exc.code in PERMANENT_CODES or (400 <= exc.status < 500 and exc.status not in (408, 429))
+    return False
+
+
+def backoff_seconds(failures: int) -> float:
+    """Exponential, with jitter so that many failed posts do not all come back at the same instant."""
+    return random.uniform(0.5, 1.0) * min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (failures - 1))
 
 
 class Delivery:
     def __init__(self, bot: AnimeGamerBot) -> None:
         self.bot = bot
-        self._task: asyncio.Task[None] | None = None
-        self._last_edit: dict[int, tuple[float, str]] = {}  # job id -> (when, text) of the last progress edit
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="animegamer-delivery")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        poll = self.bot.settings.delivery_poll_seconds
-        delay = poll
-        while True:
-            try:
-                await self.tick()
-                delay = poll
-            except QueueUnavailable as exc:
-                delay = min(delay * 2, MAX_BACKOFF_SECONDS)
-                log.warning("queue unreachable (%s); retrying in %.0fs", exc, delay)
-            except Exception:
-                delay = min(delay * 2, MAX_BACKOFF_SECONDS)
-                log.exception("delivery tick failed; retrying in %.0fs", delay)
-            await asyncio.sleep(delay)
-
-    async def tick(self) -> None:
-        async with self.bot.sessions() as session:
-            unposted = await jobs_to_post(session)
-            in_flight = await jobs_in_flight(session)
-        for job in unposted:
-            await self.post(job)
-        for job in in_flight:
-            await self.advance(job)
-
-    async def advance(self, job: JobInfo) -> None:
-        task = await self.bot.queue.poll(job.task_id)
-        if task.state in ("STARTED", "PROGRESS"):
-            meta = task.info if isinstance(task.info, dict) else {}
-            stage, step, total = meta.get("stage", ""), int(meta.get("step", 0)), int(meta.get("total", 0))
-            async with self.bot.sessions() as session, session.begin():
-                if stage == "denoise" and total:
-                    await update_job_progress(session, job.id, step, total)
-                elif job.status == "queued":
-                    await mark_job_running(session, job.id)
-            await self.show_progress(job, stage, step, total)
-        elif task.state == "SUCCESS":
-            await self.finish(job, task.info)
-        elif task.state in ("FAILURE", "REVOKED"):
-            reason = "it was cancelled" if task.state == "REVOKED" else _short(task.info)
-            async with self.bot.sessions() as session, session.begin():
-                failed = await fail_job(session, job.id, reason)
-            if failed:
-                await self._edit_progress(job, f"This turn could not be made: {reason}. Try again with /act.")
-            await self.bot.queue.forget(job.task_id)
-
-    async def finish(self, job: JobInfo, payload: object) -> None:
-        try:
-            result = TurnResult.model_validate(payload)
-        except ValidationError as exc:
-            async with self.bot.sessions() as session, session.begin():
-                await fail_job(session, job.id, f"the worker's result was malformed ({exc.error_count()} errors)")
-            return
-        clip = self.clip_path(job)
-        await asyncio.to_thread(_write_file, clip, result.mp4)
-        async with self.bot.sessions() as session, session.begin():
-            applied = await apply_result(session, job.id, result, str(clip))
-        if not applied:  # cancelled or purged meanwhile, or another delivery got there first
-            log.info("job %s finished but was not applied", job.id)
-            async with self.bot.sessions() as session:
-                now = await get_job(session, job.id)
-            if now is None or now.status != JobStatus.DONE:
-                await asyncio.to_thread(clip.unlink, missing_ok=True)  # nobody will ever post it
-        await self.bot.queue.forget(job.task_id)
-        self._last_edit.pop(job.id, None)
-        if applied:
-            async with self.bot.sessions() as session:
-                posted = [j for j in await jobs_to_post(session) if j.id == job.id]
-            for ready in posted:
-                await self.post(ready)
+        self._posting: dict[int, asyncio.Task[None]] = {}
+        self._retry_at: dict[int, float] = {}  # job id -> monotonic time of its next attempt
+        self._slots = asyncio.Semaphore(bot.settings.delivery_concurrency)
 
     def clip_path(self, job: JobInfo) -> Path:
         return self.bot.settings.data_dir / "clips" / str(job.guild_id) / f"job_{job.id}.mp4"
+
+    async def post_pending(self) -> None:
+        """Start a task for every finished turn not yet posted (nor being posted, nor waiting to retry)."""
+        async with self.bot.sessions() as session:
+            jobs = await jobs_to_post(session)
+        now = time.monotonic()
+        for job in jobs:
+            if job.id in self._posting or now < self._retry_at.get(job.id, 0.0):
+                continue
+            self._posting[job.id] = asyncio.create_task(self._deliver(job), name=f"animegamer-post-{job.id}")
+
+    async def stop(self) -> None:
+        tasks = list(self._posting.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._posting.clear()
+
+    async def _deliver(self, job: JobInfo) -> None:
+        try:
+            if job.story_id is not None and job.seq is not None:
+                async with self.bot.sessions() as session:
+                    if await earlier_story_turns_unposted(session, job.story_id, job.seq):
+                        return  # the story's earlier turn goes first; the next tick tries this one again
+            async with self._slots:
+                await self.post(job)
+            self._retry_at.pop(job.id, None)
+        except Exception as exc:
+            await self._failed(job, exc)
+        finally:
+            self._posting.pop(job.id, None)
+
+    async def _failed(self, job: JobInfo, exc: Exception) -> None:
+        if is_permanent(exc):
+            log.warning("job %s: channel %s refuses the post for good (%s)", job.id, job.channel_id, exc)
+            await self.give_up(job, _why(exc))
+            return
+        async with self.bot.sessions() as session, session.begin():
+            failures = await note_post_failure(session, job.id)
+        if failures >= MAX_POST_ATTEMPTS:
+            log.error("job %s: post failed %d times (%r); giving up", job.id, failures, exc)
+            await self.give_up(job, "Discord kept failing")
+            return
+        delay = backoff_seconds(failures)
+        self._retry_at[job.id] = time.monotonic() + delay
+        log.warning("job %s: post failed (%r); attempt %d again in %.1fs", job.id, exc, failures + 1, delay)
+
+    async def give_up(self, job: JobInfo, why: str) -> None:
+        """Mark the post undeliverable and tell the player where their turn is."""
+        async with self.bot.sessions() as session, session.begin():
+            await set_job_messages(session, job.id, result_message_id=UNDELIVERABLE)
+        self._retry_at.pop(job.id, None)
+        where = f"<#{job.channel_id}>" if job.channel_id else "the channel"
+        await self.bot.supervisor.notices.reach(
+            job,
+            f"Your turn `{job.instruction}` is done, but I could not post it in {where} ({why}). "
+            "Your character was updated: /status shows it.",
+        )
 
     async def post(self, job: JobInfo) -> None:
         """Post a finished turn as a reply to its progress message; exactly once per job."""
@@ -167,10 +171,11 @@ class Delivery:
             files.insert(0, discord.File(io.BytesIO(clip), f"turn_{job.id}.mp4"))
         except (OSError, ClipTooLarge) as exc:
             log.error("job %s: clip not attachable: %s", job.id, exc)
-            note = "\n(The clip could not be attached; an admin can find it in the bot's logs.)"
-        embed = state_embed(character.name, state, instruction=turn.instruction, deltas=deltas, label=label)
+            note = "\n(The clip could not be attached: it is missing or too large even after re-encoding.)"
+        name = character.name if character is not None else "A former player"
+        embed = state_embed(name, state, instruction=turn.instruction, deltas=deltas, label=label)
 
-        from bot.cogs.play.views import result_view
+        from bot.buttons import result_view
 
         channel = self.bot.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
         reference = None
@@ -178,24 +183,20 @@ class Delivery:
             reference = discord.MessageReference(
                 message_id=job.progress_message_id, channel_id=job.channel_id, fail_if_not_exists=False
             )
-        try:
-            message = await channel.send(
-                content=f"<@{job.user_id}>{note}",
-                embed=embed,
-                files=files,
-                view=result_view(job.id),
-                reference=reference,
-                allowed_mentions=discord.AllowedMentions(users=[discord.Object(job.user_id or 0)]),
-                nonce=f"agjob{job.id}",  # Discord dedupes a repeat within minutes: posted once
-            )
-        except (discord.NotFound, discord.Forbidden) as exc:
-            log.warning("job %s: channel %s refuses the post (%s); giving up", job.id, job.channel_id, exc)
-            async with self.bot.sessions() as session, session.begin():
-                await set_job_messages(session, job.id, result_message_id=UNDELIVERABLE)
-            return
+        message = await channel.send(
+            content=f"<@{job.user_id}>{note}",
+            embed=embed,
+            files=files,
+            view=result_view(job.id),
+            reference=reference,
+            allowed_mentions=discord.AllowedMentions(users=[discord.Object(job.user_id or 0)]),
+            nonce=f"agjob{job.id}",  # Discord dedupes a repeat within minutes: posted once
+        )
         async with self.bot.sessions() as session, session.begin():
             await set_job_messages(session, job.id, result_message_id=message.id)
-        await self._edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
+        notices = self.bot.supervisor.notices
+        await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
+        notices.forget(job.id)
 
     def _fitted_clip(self, clip_path: str | None, guild_id: int | None) -> bytes:
         if not clip_path:
@@ -207,35 +208,16 @@ class Delivery:
             limit = min(limit, self.bot.settings.upload_limit_bytes)
         return fit_to_size(data, limit)
 
-    async def show_progress(self, job: JobInfo, stage: str, step: int, total: int) -> None:
-        async with self.bot.sessions() as session:
-            found = await turn_of_job(session, job.id)
-        if found is not None:
-            await self._edit_progress(job, progress_text(found[1].instruction, stage, step, total))
 
-    async def _edit_progress(self, job: JobInfo, text: str, force: bool = False) -> None:
-        """At most one edit per message every progress_edit_seconds, and none that changes nothing."""
-        if not job.progress_message_id or not job.channel_id:
-            return
-        now = time.monotonic()
-        last_time, last_text = self._last_edit.get(job.id, (0.0, ""))
-        if text == last_text or (not force and now - last_time < self.bot.settings.progress_edit_seconds):
-            return
-        self._last_edit[job.id] = (now, text)
-        channel = self.bot.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
-        try:
-            await channel.get_partial_message(job.progress_message_id).edit(content=text)
-        except discord.HTTPException as exc:
-            log.info("job %s: progress message not edited (%s)", job.id, exc)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _short(info: object) -> str:
-    text = str(info) or type(info).__name__
-    return text if len(text) <= 150 else text[:147] + "…"
+def _why(exc: BaseException) -> str:
+    """The cause of a refused post in a few words a player understands."""
+    code = getattr(exc, "code", None)
+    if isinstance(exc, discord.NotFound) or code in (10003, 10008):
+        return "the channel is gone"
+    if code in (50083, 160005):
+        return "the thread is archived or locked"
+    if isinstance(exc, discord.Forbidden) or code in (50001, 50013):
+        return "I am not allowed to post there"
+    if code == 40005:
+        return "the clip is too large"
+    return "Discord refused the post"

@@ -1,19 +1,33 @@
-"""The bot's side of the Celery queue: send a turn by name, read its state, never block the loop.
+"""The bot's side of the queue: send turns by name, look at them, cancel them, never block the loop.
 
-Celery's client calls are blocking, so each runs in a thread. Any broker or result-store error
-becomes ``QueueUnavailable``: commands answer "the queue is unreachable" and the delivery loop
-waits and retries, while commands that need no queue keep working.
+Celery's client calls and the result store's are blocking, so each runs in a thread of this
+queue's own small pool (a broker that hangs fills it, not the default executor that file work
+and discord.py share), under a timeout. Any broker or store error becomes ``QueueUnavailable``,
+and for ``cooldown`` seconds after one the queue answers ``QueueUnavailable`` at once instead of
+waiting on a dead server again: commands say so in milliseconds and the supervisor retries
+later, while everything that needs no queue keeps working.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
-from celery import Celery
+from celery import Celery, states
 
 from game.contract import TASK_NAME, TurnRequest
+from game.jobs import Seen
+from worker.control import Holder, JobControl, Presence, control_for
+
+T = TypeVar("T")
+
+THREADS = 4
+CANCEL_KEEP_SECONDS = 7 * 24 * 3600.0  # a cancel mark outlives any message that could still carry the turn
 
 
 class QueueUnavailable(RuntimeError):
@@ -21,50 +35,124 @@ class QueueUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class TaskState:
-    state: str  # PENDING | STARTED | PROGRESS | SUCCESS | FAILURE | REVOKED | RETRY
+class Look:
+    """One job as the worker side shows it: what it means for the job, and the stored state."""
+
+    seen: Seen
+    state: str  # Celery's: PENDING | STARTED | PROGRESS | SUCCESS | FAILURE | REVOKED | RETRY
     info: Any  # progress meta, the result dict, or the exception
 
 
+def seen_from(state: str, holder: Holder) -> Seen:
+    """What a stored Celery state and a claim mean for the job's lifecycle.
+
+    Progress alone proves nothing (a killed worker's last PROGRESS stays in the store for good);
+    only a claim its worker keeps renewing does.
+    """
+    if state == states.SUCCESS:
+        return Seen.SUCCEEDED
+    if state in (states.FAILURE, states.REVOKED):
+        return Seen.FAILED
+    if holder is Holder.HELD:
+        return Seen.WORKING
+    if holder is Holder.ENDED:
+        return Seen.ENDED
+    return Seen.NOTHING
+
+
 class TurnQueue:
-    def __init__(self, app: Celery, timeout: float) -> None:
+    def __init__(self, app: Celery, timeout: float, cooldown: float | None = None) -> None:
         self.app = app
         self.timeout = timeout
+        self.cooldown = timeout if cooldown is None else cooldown
+        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="animegamer-queue")
+        self._down_until = 0.0
+        self._control: JobControl | None = None
+        self._broker_client: Any = None  # a Redis client on the broker, to read its uptime
+
+    @property
+    def control(self) -> JobControl:
+        if self._control is None:
+            self._control = control_for(self.app.conf.result_backend, self.timeout)
+        return self._control
 
     async def send(self, request: TurnRequest, task_id: str, queue: str) -> None:
         def send() -> None:
-            # No publish retries: a dead broker must be reported now, not in a minute.
+            # No publish retries: a dead broker must be reported now; the outbox tries again later.
             payload = [request.model_dump(mode="json")]
             self.app.send_task(TASK_NAME, args=payload, task_id=task_id, queue=queue, retry=False)
 
         await self._call(send)
 
-    async def poll(self, task_id: str) -> TaskState:
-        def read() -> TaskState:
-            result = self.app.AsyncResult(task_id)
-            return TaskState(result.state, result.info)
+    async def look(self, task_ids: list[str]) -> dict[str, Look]:
+        """How each job is doing: its claim and its stored state, read in one thread call."""
 
-        return await self._call(read)
+        def read() -> dict[str, Look]:
+            holders = self.control.holders(task_ids)
+            looks = {}
+            for task_id in task_ids:
+                meta = self.app.backend.get_task_meta(task_id)
+                state, info = meta.get("status", states.PENDING), meta.get("result")
+                looks[task_id] = Look(seen_from(state, holders[task_id]), state, info)
+            return looks
+
+        return await self._call(read) if task_ids else {}
 
     async def forget(self, task_id: str) -> None:
         await self._call(lambda: self.app.AsyncResult(task_id).forget())
 
-    async def revoke(self, task_id: str) -> None:
-        await self._call(lambda: self.app.control.revoke(task_id))
+    async def cancel(self, task_id: str) -> None:
+        """Tell the workers: the mark both brokers' workers check, and Celery's revoke where it is heard."""
 
-    async def active_queues(self) -> list[str] | None:
-        """The queues the running workers consume, or None where the broker cannot say (SQLite)."""
+        def cancel() -> None:
+            self.control.cancel(task_id, CANCEL_KEEP_SECONDS)
+            if self.app.conf.broker_url.startswith(("redis", "amqp")):
+                self.app.control.revoke(task_id)  # a broadcast; the SQLite transport has none
 
-        def ask() -> list[str] | None:
-            if not self.app.conf.broker_url.startswith(("redis", "amqp")):
-                return None  # remote control needs a broadcast, which the SQLite transport lacks
-            replies = self.app.control.inspect(timeout=1.0).active_queues() or {}
-            return sorted({queue["name"] for queues in replies.values() for queue in queues})
+        await self._call(cancel)
+
+    async def release(self, task_id: str) -> None:
+        """Forget a vanished worker's claim before the job is sent again."""
+        await self._call(lambda: self.control.release(task_id))
+
+    async def broker_started(self) -> datetime | None:
+        """When the broker last started, for a broker that forgets its queue on restart (Redis).
+
+        None where messages outlive a restart (the SQLite broker keeps them in its file) or where
+        the broker cannot say. Messages sent before that instant that no worker holds are lost.
+        """
+        if not self.app.conf.broker_url.startswith(("redis://", "rediss://")):
+            return None
+
+        def ask() -> datetime:
+            if self._broker_client is None:
+                import redis
+
+                self._broker_client = redis.Redis.from_url(
+                    self.app.conf.broker_url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
+                )
+            uptime = float(self._broker_client.info("server")["uptime_in_seconds"])
+            return datetime.now(UTC) - timedelta(seconds=uptime + 1)  # whole seconds: err towards earlier
 
         return await self._call(ask)
 
-    async def _call(self, fn: Any) -> Any:
+    async def workers(self) -> list[Presence]:
+        return await self._call(lambda: self.control.workers())
+
+    @property
+    def available(self) -> bool:
+        """False while the queue is cooling down after a failure."""
+        return time.monotonic() >= self._down_until
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        if not self.available:
+            raise QueueUnavailable("the queue did not answer a moment ago")
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn), timeout=self.timeout * 3)
+            return await asyncio.wait_for(loop.run_in_executor(self._pool, fn), timeout=self.timeout * 3)
         except Exception as exc:  # kombu, redis and sqlalchemy each raise their own kinds
+            self._down_until = time.monotonic() + self.cooldown
             raise QueueUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,14 +1,18 @@
 """The one path every turn takes: /act, /story act, Reroll and Continue all end here.
 
-Checks run first, cheapest first and all before any GPU work: banned, channel, paused,
-instruction grammar and blocked terms, character, a turn in flight, quota, the server's queue
-cap. Then the Turn and Job rows are committed, the task is sent (after the commit, so a worker
-never races a missing row), and the player gets a public progress message within Discord's
-3-second deadline. The delivery loop takes it from there.
+Discord first: the bot checks it may post in the channel (from the interaction itself, no
+call), then defers publicly, within milliseconds and before any database write or broker call
+that can wait. Then the checks, cheapest first and all before any GPU work: banned, channel,
+paused, instruction grammar and blocked terms, character served, a turn in flight, quota, the
+server's queue cap. Then one transaction commits the Turn and its Job, not yet sent; the
+deferred answer becomes the progress message, and the supervisor's outbox sends the task
+(right away, through ``Supervisor.send_now``, or on its next tick if the bot died in between).
+A refusal after the public defer removes it and answers privately (``bot.errors``).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -16,36 +20,43 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import discord
+from sqlalchemy import select
 
-from bot.errors import Refusal, answer_privately
-from bot.queue import QueueUnavailable
+from bot.errors import PUBLIC_DEFER, Refusal, defer_publicly
 from db import moderation
-from db.models import Character, GuildSettings, JobKind, Story, TurnOrder
-from db.queries import (
-    active_character,
+from db.base import utcnow
+from db.jobs import (
     average_turn_seconds,
-    build_history,
     create_turn,
-    fail_job,
-    get_guild_settings,
     has_turn_in_flight,
-    member_of_story,
-    next_in_turn,
     queue_position,
     set_job_messages,
+    waits_for_story,
 )
-from game.contract import TurnRequest
+from db.models import Character, GuildSettings, JobKind, Story, StoryStatus, Turn, TurnOrder
+from db.queries import active_character, get_guild_settings, member_of_story, next_in_turn
 from game.instruction import Instruction, InstructionError, from_fields, parse
-from worker.celery_app import queue_for
+from worker.celery_app import RELEASE_MODEL
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
+    from animegamer.settings import Settings
     from bot.app import AnimeGamerBot
 
+log = logging.getLogger(__name__)
+
 SEED_LIMIT = 2**63
-ETA_GUESS_SECONDS = {"tiny": 5.0, "full": 120.0}  # before any turn has been timed here
+ETA_GUESS_SECONDS = {"tiny": 5.0, "toy": 5.0, "full": 120.0, RELEASE_MODEL: 120.0}  # before any turn was timed
 BAR_CELLS = 12
+
+# What the bot needs in a channel to deliver a turn, by the names Discord's settings use.
+NEEDED = {
+    "send_messages": "Send Messages",
+    "attach_files": "Attach Files",
+    "embed_links": "Embed Links",
+    "read_message_history": "Read Message History",  # a reply to the progress message needs it
+}
 
 
 @dataclass(frozen=True)
@@ -72,12 +83,35 @@ def read_instruction(typed: TurnInput, playing: str) -> Instruction:
         raise Refusal(str(exc)) from exc
 
 
+def check_can_deliver(interaction: discord.Interaction) -> None:
+    """Refuse before any work if the bot could not post the clip here (Discord says what it may do)."""
+    permissions = interaction.app_permissions
+    channel = interaction.channel
+    in_thread = isinstance(channel, discord.Thread) or getattr(channel, "type", None) in (
+        discord.ChannelType.public_thread,
+        discord.ChannelType.private_thread,
+        discord.ChannelType.news_thread,
+    )
+    needed = dict(NEEDED)
+    if in_thread:
+        needed["send_messages_in_threads"] = needed.pop("send_messages").replace("Messages", "Messages in Threads")
+    missing = [name for flag, name in needed.items() if not getattr(permissions, flag)]
+    if missing:
+        raise Refusal(f"I cannot post your clip here: I need {', '.join(missing)} in this channel. Ask an admin.")
+
+
+def model_key(settings: Settings, character: str) -> str:
+    """Which weights make this character's representations: one pair per character for the published model."""
+    return f"{RELEASE_MODEL}:{character.casefold()}" if settings.model == RELEASE_MODEL else settings.model
+
+
 async def check_may_play(session: AsyncSession, guild_id: int, channel_id: int, user_id: int) -> GuildSettings:
     """Who, where and whether: the refusals that need no instruction. Returns the guild's settings,
     read once here for every later check of the same turn."""
     ban = await moderation.find_ban(session, guild_id, user_id)
     if ban is not None:
-        raise Refusal("You are banned from the game on this server" + (f": {ban.reason}." if ban.reason else "."))
+        reason = f": {discord.utils.escape_markdown(ban.reason)}." if ban.reason else "."
+        raise Refusal("You are banned from the game on this server" + reason)
     if not await moderation.channel_allowed(session, guild_id, channel_id):
         channels = await moderation.list_channels(session, guild_id)
         raise Refusal("The game is not played in this channel; try " + ", ".join(f"<#{c}>" for c in channels) + ".")
@@ -85,6 +119,14 @@ async def check_may_play(session: AsyncSession, guild_id: int, channel_id: int, 
     if settings.paused:
         raise Refusal("Generation is paused on this server; an admin can /admin resume it.")
     return settings
+
+
+def check_served(bot: AnimeGamerBot, character: str) -> None:
+    """A character no running worker serves would wait forever: refuse it with the ones that are served."""
+    served = bot.served_characters()
+    if served is not None and character.casefold() not in {name.casefold() for name in served}:
+        offer = ", ".join(served) if served else "none right now"
+        raise Refusal(f"No worker plays {character}; characters being served: {offer}.")
 
 
 async def submit_turn(
@@ -98,6 +140,8 @@ async def submit_turn(
     guild_id, channel_id, user_id = interaction.guild_id, interaction.channel_id, interaction.user.id
     if guild_id is None or channel_id is None:
         raise Refusal("The game is played in a server channel.")
+    check_can_deliver(interaction)
+    await defer_publicly(interaction)
 
     async with bot.sessions() as session, session.begin():
         settings = await check_may_play(session, guild_id, channel_id, user_id)
@@ -105,40 +149,63 @@ async def submit_turn(
         if character is None:
             raise Refusal("Pick your character first with /start.")
         instruction = read_instruction(typed, character.name)
+        check_served(bot, instruction.character)
         await check_instruction(session, guild_id, instruction, character)
         await check_capacity(session, settings, user_id, character)
         if story is not None:
             await check_story_turn(session, story, character)
-        history = await build_history(session, story or character, settings.history_window)
+        each = await average_turn_seconds(session, ETA_GUESS_SECONDS.get(bot.settings.model, 60.0))
         turn, job = await create_turn(
             session,
             character,
             str(instruction),
             secrets.randbelow(SEED_LIMIT),
             bot.settings.model,
+            model_key=model_key(bot.settings, instruction.character),
             story=story,
             kind=kind,
             guild_id=guild_id,
             channel_id=channel_id,
             user_id=user_id,
         )
-        request = TurnRequest(job_id=str(job.id), instruction=turn.instruction, seed=turn.seed, history=history)
-        job_id, task_id = job.id, job.task_id
         ahead = await queue_position(session, job.id) or 0
-        each = await average_turn_seconds(session, ETA_GUESS_SECONDS.get(bot.settings.model, 60.0))
+        eta = timedelta(seconds=(ahead + 1) * each)
+        if story is None or not await _waits(session, turn):
+            job.deadline_at = utcnow() + bot.supervisor.limits.pickup_for(eta)
+        job_id = job.id
 
-    await interaction.response.defer(thinking=True)
+    bot.supervisor.notices.remember(job_id, interaction)
+    waiting = story is not None and job.deadline_at is None
+    text = queued_text(str(instruction), ahead, each, after_story_turn=waiting)
     try:
-        await bot.queue.send(request, task_id, queue_for(bot.settings, instruction.character))
-    except QueueUnavailable:
+        message = await interaction.edit_original_response(content=text)
+        interaction.extras.pop(PUBLIC_DEFER, None)  # filled: a refusal now would be a followup
         async with bot.sessions() as session, session.begin():
-            await fail_job(session, job_id, "the queue was unreachable")
-        await interaction.delete_original_response()
-        await answer_privately(interaction, "The queue is unreachable right now; nothing was charged. Try again soon.")
+            await set_job_messages(session, job_id, progress_message_id=message.id)
+    except discord.HTTPException as exc:  # the turn is committed: it is made and posted all the same
+        log.warning("job %s: progress message not shown (%s)", job_id, exc)
+        return await _send(bot, job_id, interaction, None)
+    await _send(bot, job_id, interaction, message)
+
+
+async def _send(
+    bot: AnimeGamerBot, job_id: int, interaction: discord.Interaction, shown: discord.Message | None
+) -> None:
+    """Send the committed turn now; if the queue is down, say the turn waits for it (the outbox sends it later)."""
+    if await bot.supervisor.send_now(job_id) or shown is None:
         return
-    message = await interaction.edit_original_response(content=queued_text(str(instruction), ahead, each))
-    async with bot.sessions() as session, session.begin():
-        await set_job_messages(session, job_id, progress_message_id=message.id)
+    note = (
+        "\nThe queue is not answering right now: your turn waits for it, and is dropped uncharged if it takes too long."
+    )
+    try:
+        await interaction.edit_original_response(content=shown.content + note)
+    except discord.HTTPException as exc:
+        log.info("job %s: progress message not updated (%s)", job_id, exc)
+
+
+async def _waits(session: AsyncSession, turn: Turn) -> bool:
+    """Whether this story turn waits for the one before it (then its deadline starts when that one ends)."""
+    return bool((await session.execute(select(waits_for_story()).where(Turn.id == turn.id))).scalar())
 
 
 async def check_instruction(
@@ -174,6 +241,9 @@ def _turns(count: int) -> str:
 
 
 async def check_story_turn(session: AsyncSession, story: Story, character: Character) -> None:
+    status = (await session.execute(select(Story.status).where(Story.id == story.id))).scalar_one_or_none()
+    if status != StoryStatus.ACTIVE:
+        raise Refusal("This story has ended; start a new one with /story start.")
     if await member_of_story(session, story.id, character.id) is None:
         raise Refusal("Join this story first with /story join.")
     if story.turn_order == TurnOrder.ROUND_ROBIN:
@@ -183,7 +253,9 @@ async def check_story_turn(session: AsyncSession, story: Story, character: Chara
             raise Refusal(f"This story goes in turns; it is {due_name}'s turn.")
 
 
-def queued_text(instruction: str, ahead: int, seconds_each: float) -> str:
+def queued_text(instruction: str, ahead: int, seconds_each: float, *, after_story_turn: bool = False) -> str:
+    if after_story_turn:
+        return f"🎬 {instruction}\nQueued after the story's turn being made now."
     eta = int(time.time() + (ahead + 1) * seconds_each)
     place = "next in line" if ahead == 0 else f"{ahead} turn{'s' if ahead != 1 else ''} ahead"
     return f"🎬 {instruction}\nQueued, {place}; ready <t:{eta}:R>."

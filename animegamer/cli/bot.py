@@ -26,6 +26,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from bot.app import AnimeGamerBot
 
+    settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded queue's files and the clips live there
     bot = AnimeGamerBot(settings)
     try:
         bot.run(settings.discord_token.get_secret_value(), root_logger=True)

@@ -19,17 +19,23 @@ from tests.discord_double import DiscordDouble
 from tests.workers import Worker, settings_for
 
 
-@pytest.fixture
-def bot_settings(sqlite_worker: Worker, tmp_path: Path) -> Settings:
-    """The worker's queue, this test's own database and clip folder, a quick delivery loop."""
-    return settings_for(sqlite_worker.env).model_copy(
+def settings_beside(worker: Worker, folder: Path, **changes: object) -> Settings:
+    """A bot's settings for ``worker``'s queue: a database and clip folder in ``folder``, a quick supervisor."""
+    return settings_for(worker.env).model_copy(
         update={
-            "database_url": f"sqlite+aiosqlite:///{tmp_path}/game.db",
-            "data_dir": tmp_path,
+            "database_url": f"sqlite+aiosqlite:///{folder}/game.db",
+            "data_dir": folder,
             "delivery_poll_seconds": 0.1,
             "progress_edit_seconds": 1.0,
+            **changes,
         }
     )
+
+
+@pytest.fixture
+def bot_settings(sqlite_worker: Worker, tmp_path: Path) -> Settings:
+    """The session worker's queue, this test's own database and clip folder."""
+    return settings_beside(sqlite_worker, tmp_path)
 
 
 @pytest.fixture
@@ -67,4 +73,4 @@ async def wait_for_db(settings: Settings, query, predicate, timeout: float = 30.
         await asyncio.sleep(0.1)
 
 
-__all__ = ["Character", "Job", "Turn", "read_db", "running_bot", "select", "wait_for_db"]
+__all__ = ["Character", "Job", "Turn", "read_db", "running_bot", "select", "settings_beside", "wait_for_db"]

@@ -6,7 +6,7 @@ a test can put a turn in flight or a finished turn on record without waiting for
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,16 +17,68 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from animegamer.settings import Settings
 from bot.app import AnimeGamerBot
 from db.engine import make_engine, make_sessionmaker
+from db.jobs import apply_result, create_turn, set_job_messages
 from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
-from db.queries import apply_result, create_turn, get_or_create_character, set_job_messages
+from db.queries import get_or_create_character
 from game.contract import TurnResult
 from game.state import StateDeltas
-from tests.discord_double import DiscordDouble, Recorded
+from tests.discord_double import DiscordDouble, InteractionHandle, Recorded
 from worker.celery_app import make_celery
 
 EPHEMERAL = 1 << 6
+
+
+def _someone(double: DiscordDouble) -> object:
+    return double.player
+
+
+# Every slash command, with options that make it do its work (given the double, for channels and members).
+ALL_COMMANDS: list[tuple[str, Callable[[DiscordDouble], dict]]] = [
+    ("start", lambda d: {"character": "Sosuke"}),
+    ("status", lambda d: {}),
+    ("history", lambda d: {}),
+    ("reset", lambda d: {}),
+    ("queue", lambda d: {}),
+    ("cancel", lambda d: {}),
+    ("act", lambda d: {"motion": "gently wave", "background": "day town"}),
+    ("story start", lambda d: {"title": "Another story"}),
+    ("story join", lambda d: {}),
+    ("story act", lambda d: {"motion": "quickly run", "background": "night town"}),
+    ("story recap", lambda d: {}),
+    ("story leave", lambda d: {}),
+    ("story end", lambda d: {}),
+    ("admin ban", lambda d: {"user": _someone(d), "reason": "spam"}),
+    ("admin unban", lambda d: {"user": _someone(d)}),
+    ("admin terms add", lambda d: {"term": "dragon"}),
+    ("admin terms remove", lambda d: {"term": "dragon"}),
+    ("admin terms list", lambda d: {}),
+    ("admin channels allow", lambda d: {"channel": d.guild.channel}),
+    ("admin channels deny", lambda d: {"channel": d.guild.channel}),
+    ("admin channels list", lambda d: {}),
+    ("admin quota", lambda d: {"turns_per_hour": 5, "max_queued": 3}),
+    ("admin history", lambda d: {"window": 3}),
+    ("admin pause", lambda d: {}),
+    ("admin resume", lambda d: {}),
+    ("admin purge", lambda d: {"user": _someone(d)}),
+    ("admin audit", lambda d: {}),
+    ("admin stats", lambda d: {}),
+]
 NO_PINGS = {"parse": []}
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
+
+
+def shown(recorded: Recorded) -> dict:
+    """The message a call shows: a callback's ``data``, or a followup's or an edit's body."""
+    body = recorded.json or {}
+    return body.get("data") or {} if "type" in body else body
+
+
+async def accepted(handle: InteractionHandle) -> str:
+    """A turn taken: a public "thinking…" within the deadline, then filled with its progress message (returned)."""
+    assert (await handle.response()).json["type"] == 5
+    answer = await handle.answer()
+    assert answer.method == "PATCH", f"the turn was refused: {shown(answer)}"
+    return shown(answer)["content"]
 
 
 def private_text(recorded: Recorded) -> str:
@@ -161,10 +213,12 @@ def dead_queue(settings: Settings) -> Celery:
 
 
 __all__ = [
+    "ALL_COMMANDS",
     "LINE",
     "Character",
     "Job",
     "Turn",
+    "accepted",
     "clip_path",
     "count_rows",
     "db_session",
@@ -174,6 +228,7 @@ __all__ = [
     "refusal",
     "running_bot_on",
     "seed_turn",
+    "shown",
     "snapshot",
     "turns_and_jobs",
 ]

@@ -17,6 +17,7 @@ from db.base import utcnow
 from db.models import AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, JobStatus, Player, Turn
 from tests.bot.conftest import read_db, running_bot
 from tests.bot.helpers import (
+    accepted,
     clip_path,
     db_session,
     idle_queue,
@@ -72,7 +73,7 @@ async def prepare(settings, guild: Guild, *, paused: bool) -> int:
 
 async def admin(double, command: str, options: dict | None = None, user=MOD) -> str:
     handle = await double.slash(f"admin {command}", options or {}, user=user)
-    return private_text(await handle.response())
+    return private_text(await handle.answer())
 
 
 # -- who may use /admin ---------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ async def test_admin_command_is_refused_without_manage_server_and_changes_nothin
         job_id = await prepare(bot_settings, guild, paused=command == "resume")
         before = await snapshot(bot_settings)
         handle = await double.slash(f"admin {command}", _options(options, guild), user=HELPER)
-        refusal(await handle.response(), "Manage Server")
+        refusal(await handle.answer(), "Manage Server")
     assert await snapshot(bot_settings) == before
     assert clip_path(bot_settings, guild.id, job_id).exists()
 
@@ -138,16 +139,16 @@ async def test_unban_lets_the_member_play_again(double, bot_settings, sqlite_wor
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await admin(double, "ban", {"user": ALICE})
         assert await admin(double, "unban", {"user": ALICE}) == f"<@{ALICE.id}> may play again."
-        await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
+        await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
         act = await double.slash("act", {"motion": "wave", "background": "town"}, user=ALICE)
-        assert (await act.response()).json["type"] == 5  # accepted and queued
+        await accepted(act)  # accepted and queued
     assert await read_db(bot_settings, select(Ban.id)) == []
 
 
 async def test_unban_of_a_member_who_is_not_banned_is_refused(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         handle = await double.slash("admin unban", {"user": BOB}, user=MOD)
-        refusal(await handle.response(), "is not banned")
+        refusal(await handle.answer(), "is not banned")
     assert await read_db(bot_settings, select(AuditLog.id)) == []
 
 
@@ -173,7 +174,7 @@ async def test_terms_add_twice_says_it_was_already_blocked(double, bot_settings,
 async def test_terms_add_of_only_spaces_is_refused_instead_of_blocking_everything(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         handle = await double.slash("admin terms add", {"term": "   "}, user=MOD)
-        refusal(await handle.response(), "not only spaces")
+        refusal(await handle.answer(), "blocked term", "empty")
     assert await read_db(bot_settings, select(BlockedTerm.id)) == []
 
 
@@ -187,7 +188,7 @@ async def test_terms_remove_matches_ignoring_case_and_spacing(double, bot_settin
 async def test_terms_remove_of_a_term_not_blocked_is_refused(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         handle = await double.slash("admin terms remove", {"term": "dragon"}, user=MOD)
-        refusal(await handle.response(), "not blocked", "/admin terms list")
+        refusal(await handle.answer(), "not blocked", "/admin terms list")
 
 
 # -- channels -------------------------------------------------------------------------------------------
@@ -218,7 +219,7 @@ async def test_channels_deny_of_the_last_listed_channel_opens_every_channel(doub
 async def test_channels_deny_of_a_channel_not_listed_is_refused(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         handle = await double.slash("admin channels deny", {"channel": double.guild.channel}, user=MOD)
-        refusal(await handle.response(), "not on the allowed list")
+        refusal(await handle.answer(), "not on the allowed list")
 
 
 # -- quota, pause, resume -------------------------------------------------------------------------------
@@ -266,9 +267,9 @@ async def test_resume_lets_play_again(double, bot_settings, sqlite_worker, tmp_p
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await admin(double, "pause")
         assert await admin(double, "resume") == "Generation is running."
-        await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
+        await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
         act = await double.slash("act", {"motion": "wave", "background": "town"}, user=ALICE)
-        assert (await act.response()).json["type"] == 5
+        await accepted(act)
     assert await read_db(bot_settings, select(GuildSettings.paused)) == [(False,)]
 
 

@@ -13,6 +13,7 @@ from db.models import Job, JobStatus
 from tests.bot.conftest import read_db, running_bot, wait_for_db
 from tests.bot.helpers import (
     LINE,
+    accepted,
     idle_queue,
     private_text,
     refusal,
@@ -29,21 +30,21 @@ NONSENSE = "\u200b<@&1>**~~||" + "ñ" * 300 + "\x00"
 
 async def start(double, user=ALICE) -> None:
     handle = await double.slash("start", {"character": "Qiqi"}, user=user)
-    assert (await handle.response()).json["type"] == 4
+    assert "You play" in private_text(await handle.answer())
 
 
 async def refused_act(double, settings, options: dict, *words: str) -> str:
     """/act with ``options`` as Alice (who plays Qiqi): refused with ``words``, and no turn on record."""
     await start(double)
     handle = await double.slash("act", options, user=ALICE)
-    text = refusal(await handle.response(), *words)
+    text = refusal(await handle.answer(), *words)
     assert await turns_and_jobs(settings) == (0, 0)
     return text
 
 
 async def purge(double, user=ALICE) -> None:
     handle = await double.slash("admin purge", {"user": user}, user=MOD)
-    assert "Deleted" in private_text(await handle.response())
+    assert "Deleted" in private_text(await handle.answer())
 
 
 async def open_continue_form(double, job_id: int, user=ALICE) -> tuple[str, str]:
@@ -115,7 +116,7 @@ async def test_a_character_name_of_only_spaces_or_markup_is_refused(double, bot_
     async with running_bot(double, bot_settings, sqlite_worker):
         for name, said in (("    ", "The name is empty"), ("<@1234>", "The name contains")):
             handle = await double.slash("start", {"character": name}, user=ALICE)
-            refusal(await handle.response(), said)
+            refusal(await handle.answer(), said)
     assert await read_db(bot_settings, select(Job.id)) == []
 
 
@@ -148,7 +149,7 @@ async def test_a_button_under_a_purged_turn_says_the_turn_is_gone(double, bot_se
         await purge(double)
         for action in ("reroll", "continue", "details"):
             click = await double.button(None, f"ag:turn:{job_id}:{action}", user=ALICE)
-            refusal(await click.response(), "no longer exists", "purged")
+            refusal(await click.answer(), "no longer exists", "purged")
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
@@ -161,7 +162,7 @@ async def test_a_continue_form_sent_after_its_turn_was_purged_says_the_turn_is_g
         form, box = await open_continue_form(double, job_id)
         await purge(double)
         sent = await double.modal_submit(form, {box: LINE}, user=ALICE)
-        refusal(await sent.response(), "no longer exists")
+        refusal(await sent.answer(), "no longer exists")
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
@@ -171,14 +172,14 @@ async def test_a_button_under_a_turn_from_another_server_is_refused(bot_settings
         job_id = await seed_turn(bot_settings, there.id, there.channel.id, ALICE.id, done=True)
         await start(double)  # Alice plays here too
         click = await double.button(None, f"ag:turn:{job_id}:reroll", user=ALICE)  # a message in "here"
-        refusal(await click.response(), "another server")
+        refusal(await click.answer(), "another server")
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
 async def test_a_button_with_an_impossible_job_id_says_the_turn_is_gone(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         click = await double.button(None, "ag:turn:" + "9" * 30 + ":details", user=ALICE)
-        refusal(await click.response(), "no longer exists")
+        refusal(await click.answer(), "no longer exists")
 
 
 # -- a form sent twice ----------------------------------------------------------------------------------
@@ -192,9 +193,9 @@ async def test_a_continue_form_sent_twice_at_once_makes_one_turn(double, bot_set
         first = await double.modal_submit(form, {box: LINE}, user=ALICE)
         second = await double.modal_submit(form, {box: LINE}, user=ALICE)  # before the first is answered
         # The two race inside the bot; whichever commits first queues the turn, the other is refused.
-        answers = sorted([await first.response(), await second.response()], key=lambda r: r.json["type"])
-        refusal(answers[0], "still being made")
-        assert answers[1].json["type"] == 5
+        answers = [await first.answer(), await second.answer()]
+        assert sorted(answer.method for answer in answers) == ["PATCH", "POST"]  # one progress message, one refusal
+        refusal(next(answer for answer in answers if answer.method == "POST"), "still being made")
         await wait_for_db(bot_settings, select(Job.progress_message_id), lambda rows: len(rows) == 2 and rows[1][0])
     statuses = await read_db(bot_settings, select(Job.status).order_by(Job.id))
     assert statuses == [(JobStatus.DONE,), (JobStatus.QUEUED,)]
@@ -208,8 +209,8 @@ async def test_a_continue_form_sent_again_after_its_turn_was_queued_gets_an_answ
         job_id = await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
         form, box = await open_continue_form(double, job_id)
         first = await double.modal_submit(form, {box: LINE}, user=ALICE)
-        assert (await first.response()).json["type"] == 5
+        await accepted(first)
         await wait_for_db(bot_settings, select(Job.progress_message_id), lambda rows: len(rows) == 2 and rows[1][0])
         again = await double.modal_submit(form, {box: LINE}, user=ALICE)
-        private_text(await again.response(timeout=3))
+        private_text(await again.answer())
     assert await turns_and_jobs(bot_settings) == (2, 2)

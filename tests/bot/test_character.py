@@ -8,32 +8,33 @@ from sqlalchemy import select, update
 from db.engine import make_engine, make_sessionmaker
 from db.models import Character, Turn
 from tests.bot.conftest import read_db, running_bot, wait_for_db
+from tests.bot.helpers import accepted, private_text, shown
 from tests.discord_double import member
 
 ALICE = member("alice")
 
 
 async def start(double) -> None:
-    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
+    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
 
 
 async def test_status_shows_the_card_privately_with_the_gauges(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         await start(double)
-        body = (await (await double.slash("status", user=ALICE)).response()).json
-    assert body["data"]["flags"] & 64
-    assert body["data"]["embeds"][0]["title"] == "Qiqi"
-    assert body["data"]["embeds"][0]["image"]["url"] == "attachment://state.png"
+        body = shown(await (await double.slash("status", user=ALICE)).answer())
+    assert body["flags"] & 64
+    assert body["embeds"][0]["title"] == "Qiqi"
+    assert body["embeds"][0]["image"]["url"] == "attachment://state.png"
 
 
 @pytest.mark.slow
 async def test_history_lists_the_last_turns(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         await start(double)
-        await (await double.slash("act", {"motion": "gently wave", "background": "day town"}, user=ALICE)).response()
+        await accepted(await double.slash("act", {"motion": "gently wave", "background": "day town"}, user=ALICE))
         await wait_for_db(bot_settings, select(Turn.stamina_after), lambda rows: rows and rows[0][0] is not None)
-        body = (await (await double.slash("history", user=ALICE)).response()).json
-    assert "gently wave" in body["data"]["content"] and body["data"]["flags"] & 64
+        text = private_text(await (await double.slash("history", user=ALICE)).answer())
+    assert "gently wave" in text
 
 
 async def test_reset_asks_first_and_then_starts_over(double, bot_settings, sqlite_worker):
@@ -56,5 +57,5 @@ async def test_reset_asks_first_and_then_starts_over(double, bot_settings, sqlit
 
 async def test_reset_without_a_character_is_refused(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
-        body = (await (await double.slash("reset", user=ALICE)).response()).json
-    assert body["data"]["flags"] & 64 and "/start" in body["data"]["content"]
+        text = private_text(await (await double.slash("reset", user=ALICE)).answer())
+    assert "/start" in text

@@ -13,6 +13,7 @@ from bot.app import AnimeGamerBot
 from db.engine import make_engine, make_sessionmaker
 from db.models import Job, JobStatus
 from tests.bot.conftest import running_bot, wait_for_db
+from tests.bot.helpers import accepted
 from tests.discord_double import DiscordDouble, member
 from tests.workers import REPO
 
@@ -25,8 +26,8 @@ def clip_posts(double: DiscordDouble) -> list:
 
 
 async def act(double: DiscordDouble) -> None:
-    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
-    await (await double.slash("act", {"motion": "gently lie down", "background": "day grass"}, user=ALICE)).response()
+    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
+    await accepted(await double.slash("act", {"motion": "gently lie down", "background": "day grass"}, user=ALICE))
 
 
 async def test_a_restart_with_unchanged_commands_does_not_sync_again(double, bot_settings, sqlite_worker):
@@ -44,7 +45,7 @@ async def test_a_bot_stopped_while_its_turn_runs_posts_the_clip_once_after_resta
     async with running_bot(double, bot_settings, sqlite_worker) as bot:
         await act(double)
         await wait_for_db(bot_settings, select(Job.id), lambda rows: len(rows) == 1)
-        await bot.delivery.stop()  # the process dies before it sees the result
+        await bot.supervisor.stop()  # the process dies before it sees the result
     async with running_bot(double, bot_settings, sqlite_worker):
         await double.wait_for("POST", CLIP_POSTS, timeout=90)
         await wait_for_db(bot_settings, select(Job.result_message_id), lambda rows: rows[0][0] is not None)
@@ -78,7 +79,7 @@ async def test_the_reroll_button_works_after_a_restart(double, bot_settings, sql
         )
     async with running_bot(double, bot_settings, sqlite_worker):
         click = await double.button(message_id, f"ag:turn:{job_id}:reroll", user=ALICE)
-        assert (await click.response()).json["type"] == 5
+        await accepted(click)
         jobs = await wait_for_db(
             bot_settings, select(Job.kind, Job.status, Job.result_message_id), lambda r: len(r) == 2 and r[1][2]
         )

@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from db.models import Character, Job, JobStatus, Turn
 from tests.bot.conftest import read_db, running_bot, wait_for_db
+from tests.bot.helpers import accepted, private_text, shown
 from tests.discord_double import member
 
 pytestmark = pytest.mark.slow
@@ -24,14 +25,14 @@ def mp4_frames(data: bytes) -> int:
 
 async def start(double, user=ALICE, character="Qiqi"):
     handle = await double.slash("start", {"character": character}, user=user)
-    return (await handle.response()).json
+    return shown(await handle.answer())
 
 
 async def test_act_posts_a_playable_clip_and_moves_the_state_by_exactly_the_result(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         await start(double)
         act = await double.slash("act", {"motion": "gently fly on broomstick", "background": "night sky"}, user=ALICE)
-        assert (await act.response()).json["type"] == 5  # deferred within the deadline, then the progress message
+        await accepted(act)  # deferred within the deadline, then the progress message
         post = await double.wait_for("POST", r"/channels/\d+/messages", timeout=90)
         await wait_for_db(bot_settings, select(Job.result_message_id), lambda rows: rows[0][0] is not None)
 
@@ -52,5 +53,5 @@ async def test_act_posts_a_playable_clip_and_moves_the_state_by_exactly_the_resu
 async def test_act_without_a_character_is_refused_privately(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         act = await double.slash("act", {"motion": "wave", "background": "town"}, user=member("bob"))
-        body = (await act.response()).json
-    assert body["data"]["flags"] & 64 and "/start" in body["data"]["content"]
+        text = private_text(await act.answer())
+    assert "/start" in text

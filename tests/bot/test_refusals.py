@@ -12,6 +12,7 @@ from sqlalchemy import select
 from db.models import Job, JobStatus
 from tests.bot.conftest import read_db, running_bot, wait_for_db
 from tests.bot.helpers import (
+    accepted,
     dead_queue,
     idle_queue,
     private_text,
@@ -30,12 +31,12 @@ FLY = {"motion": "gently fly on broomstick", "background": "night sky"}
 
 async def start(double, user=ALICE) -> None:
     handle = await double.slash("start", {"character": "Qiqi"}, user=user)
-    assert (await handle.response()).json["type"] == 4
+    assert "You play" in private_text(await handle.answer())
 
 
 async def admin(double, command: str, options: dict | None = None) -> str:
     handle = await double.slash(f"admin {command}", options or {}, user=MOD)
-    return private_text(await handle.response())
+    return private_text(await handle.answer())
 
 
 async def act(double, user=ALICE, **options):
@@ -47,7 +48,7 @@ async def test_a_banned_member_is_told_so_with_the_reason_and_nobody_is_pinged(d
         await start(double)
         await admin(double, "ban", {"user": ALICE, "reason": "spamming @everyone"})
         handle = await act(double)
-        refusal(await handle.response(), "banned", "spamming @everyone")  # refusal() checks allowed_mentions
+        refusal(await handle.answer(), "banned", "spamming @everyone")  # refusal() checks allowed_mentions
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
@@ -56,7 +57,7 @@ async def test_a_blocked_term_is_refused_ignoring_case_without_repeating_it(doub
         await start(double)
         await admin(double, "terms add", {"term": "BroomStick"})
         handle = await act(double, motion="gently fly on bROOMstick", background="night sky")
-        text = refusal(await handle.response(), "blocks", "rephrase")
+        text = refusal(await handle.answer(), "blocks", "rephrase")
     assert "broomstick" not in text.casefold()
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
@@ -67,7 +68,7 @@ async def test_a_blocked_term_is_checked_on_a_whole_instruction_line_too(double,
         await admin(double, "terms add", {"term": "night sky"})
         line = "Character: Qiqi; Motion: gently fly on broomstick; Background: NIGHT   sky"
         handle = await act(double, instruction=line)
-        refusal(await handle.response(), "blocks")
+        refusal(await handle.answer(), "blocks")
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
@@ -79,7 +80,7 @@ async def test_a_blocked_term_that_is_also_a_label_of_the_grammar_does_not_block
         await start(double)
         await admin(double, "terms add", {"term": "motion"})
         handle = await act(double)
-        assert (await handle.response()).json["type"] == 5
+        await accepted(handle)
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
@@ -90,7 +91,7 @@ async def test_play_in_a_channel_not_allowed_names_the_channels_that_are(bot_set
         await start(double)
         await admin(double, "channels allow", {"channel": play})
         handle = await act(double)  # in #general
-        refusal(await handle.response(), "not played in this channel", f"<#{play.id}>")
+        refusal(await handle.answer(), "not played in this channel", f"<#{play.id}>")
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
@@ -102,7 +103,7 @@ async def test_the_hourly_quota_says_when_it_resets(double, bot_settings, sqlite
         await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
         ((queued_at,),) = await read_db(bot_settings, select(Job.queued_at))
         handle = await act(double)
-        refusal(await handle.response(), "1 turn per hour", f"<t:{int(queued_at.timestamp()) + 3600}:R>")
+        refusal(await handle.answer(), "1 turn per hour", f"<t:{int(queued_at.timestamp()) + 3600}:R>")
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
@@ -111,7 +112,7 @@ async def test_a_quota_of_zero_says_play_is_switched_off_not_when_it_resets(doub
         await start(double)
         await admin(double, "quota", {"turns_per_hour": 0})
         handle = await act(double)
-        text = refusal(await handle.response(), "switched off", "/admin quota")
+        text = refusal(await handle.answer(), "switched off", "/admin quota")
     assert "<t:" not in text
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
@@ -120,11 +121,11 @@ async def test_a_second_act_while_the_first_is_in_flight_is_refused(bot_settings
     async with DiscordDouble() as double, running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await start(double)
         first = await act(double)
-        assert (await first.response()).json["type"] == 5
+        await accepted(first)
         # The first turn was sent for real: its progress message is on record and it stays queued.
         await wait_for_db(bot_settings, select(Job.progress_message_id), lambda rows: rows and rows[0][0])
         second = await act(double, motion="slowly walk", background="town")
-        refusal(await second.response(), "still being made", "/cancel")
+        refusal(await second.answer(), "still being made", "/cancel")
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
@@ -135,7 +136,7 @@ async def test_a_full_server_queue_is_refused_with_its_size(double, bot_settings
         await admin(double, "quota", {"max_queued": 1})
         await seed_turn(bot_settings, guild.id, guild.channel.id, BOB.id)  # Bob's turn fills the server's queue
         handle = await act(double)
-        refusal(await handle.response(), "queue is full", "1 turn", "try again")
+        refusal(await handle.answer(), "queue is full", "1 turn", "try again")
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
@@ -144,27 +145,32 @@ async def test_paused_generation_is_refused(double, bot_settings, sqlite_worker)
         await start(double)
         await admin(double, "pause")
         handle = await act(double)
-        refusal(await handle.response(), "paused")
+        refusal(await handle.answer(), "paused")
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_an_unreachable_queue_is_reported_privately_and_the_turn_marked_failed(double, bot_settings):
-    async with running_bot_on(double, bot_settings, dead_queue(bot_settings)):
+async def test_a_turn_taken_while_the_queue_is_down_waits_for_it_then_expires_with_a_message(double, bot_settings):
+    settings = bot_settings.model_copy(update={"pickup_timeout": 2.0})
+    async with running_bot_on(double, settings, dead_queue(settings)):
         await start(double)
         handle = await act(double)
-        assert (await handle.response()).json["type"] == 5  # answered within the deadline, then the send failed
-        (answer,) = await handle.followups(timeout=15)
-        refusal(answer, "unreachable", "try again")
-        assert handle.original is not None and handle.original.deleted  # no public "thinking" message is left
-    ((status, error),) = await read_db(bot_settings, select(Job.status, Job.error))
-    assert status == JobStatus.FAILED and "unreachable" in error
+        await accepted(handle)  # answered within the deadline, then the send failed
+        await handle.answer()
+        await double.wait_until(lambda: "not answering" in handle.original.content, 15, "the queue-down note")
+        await wait_for_db(settings, select(Job.status), lambda rows: rows == [(JobStatus.EXPIRED,)])
+        await double.wait_until(lambda: "No worker picked up" in handle.original.content, 15, "the expiry notice")
+    ((sent_at, error),) = await read_db(settings, select(Job.sent_at, Job.error))
+    assert sent_at is None and "in time" in error
 
 
-async def test_a_turn_the_queue_never_got_is_not_charged_to_the_hourly_quota(double, bot_settings):
-    async with running_bot_on(double, bot_settings, dead_queue(bot_settings)):
+async def test_an_expired_turn_is_not_charged_to_the_hourly_quota(double, bot_settings):
+    settings = bot_settings.model_copy(update={"pickup_timeout": 1.0})
+    async with running_bot_on(double, settings, dead_queue(settings)):
         await start(double)
         await admin(double, "quota", {"turns_per_hour": 1})
         for _ in range(2):
             handle = await act(double)
-            (answer,) = await handle.followups(timeout=15)
-            refusal(answer, "unreachable")
+            await accepted(handle)
+            await handle.answer()
+            await wait_for_db(settings, select(Job.status), lambda rows: rows[-1] == (JobStatus.EXPIRED,))
+    assert await read_db(settings, select(Job.status)) == [(JobStatus.EXPIRED,), (JobStatus.EXPIRED,)]

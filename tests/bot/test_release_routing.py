@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from db.models import Job
 from tests.bot.conftest import running_bot, wait_for_db
+from tests.bot.helpers import refusal
 from tests.checkpoints.release_tree import write_tiny_release
 from tests.discord_double import member
 from tests.workers import redis_url_or_skip, settings_for, start_worker, worker_env
@@ -49,7 +50,9 @@ async def test_a_qiqi_only_worker_is_offered_and_routed_to_and_sosuke_is_not(dou
         async with running_bot(double, settings, worker):
             offered = await (await double.autocomplete("start", "character", "", user=ALICE)).choices()
             assert [c["value"] for c in offered] == ["Qiqi"]
-            await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
+            sosuke = await double.slash("start", {"character": "Sosuke"}, user=ALICE)
+            refusal(await sosuke.answer(), "No worker plays Sosuke", "Qiqi")  # it would wait on a queue nobody reads
+            await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
             await (
                 await double.slash("act", {"motion": "gently wave", "background": "day town"}, user=ALICE)
             ).response()

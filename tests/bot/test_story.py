@@ -6,10 +6,11 @@ import pytest
 from sqlalchemy import select, update
 
 from db.engine import make_engine, make_sessionmaker
+from db.jobs import history_turn
 from db.models import Character, GuildSettings, Job, Story, Turn
-from game.contract import HistoryTurn, TurnRequest
-from game.state import StateDeltas
+from game.contract import TurnRequest
 from tests.bot.conftest import read_db, running_bot, wait_for_db
+from tests.bot.helpers import accepted, private_text, shown
 from tests.discord_double import member
 
 PLAYERS = [member("alice"), member("bob"), member("carol")]
@@ -25,15 +26,15 @@ async def set_history_window(settings, window: int) -> None:
 
 
 async def begin_story(double, order: str = "free") -> None:
-    await (await double.slash("story start", {"title": "Night flight", "order": order}, user=PLAYERS[0])).response()
+    await (await double.slash("story start", {"title": "Night flight", "order": order}, user=PLAYERS[0])).answer()
     for player, name in zip(PLAYERS, NAMES, strict=True):
-        await (await double.slash("start", {"character": name}, user=player)).response()
-        await (await double.slash("story join", user=player)).response()
+        await (await double.slash("start", {"character": name}, user=player)).answer()
+        await (await double.slash("story join", user=player)).answer()
 
 
 async def story_turn(double, settings, player, motion, background, done: int) -> None:
     handle = await double.slash("story act", {"motion": motion, "background": background}, user=player)
-    assert (await handle.response()).json["type"] == 5
+    await accepted(handle)
     await wait_for_db(
         settings, select(Job.result_message_id), lambda rows: sum(r[0] is not None for r in rows) == done, timeout=90
     )
@@ -56,16 +57,7 @@ async def test_three_players_turns_are_recorded_in_order_and_carry_the_storys_hi
 
     # Carol's turn was made with the story's two earlier turns (Alice's and Bob's) as its history:
     # the same request, computed here by the same tiny model, gives the representation the bot stored.
-    past = [
-        HistoryTurn(
-            instruction=turn.instruction,
-            representation=turn.representation,
-            deltas=StateDeltas(
-                motion=turn.d_motion, social=turn.d_social, entertainment=turn.d_entertainment, stamina=turn.d_stamina
-            ),
-        )
-        for turn, _ in rows[:2]
-    ]
+    past = [history_turn(turn) for turn, _ in rows[:2]]
     carol = rows[2][0]
     expected = tiny_pipeline(TurnRequest(job_id="check", instruction=carol.instruction, seed=carol.seed, history=past))
     assert expected.representation == carol.representation
@@ -77,8 +69,8 @@ async def test_round_robin_refuses_a_player_out_of_turn(double, bot_settings, sq
     async with running_bot(double, bot_settings, sqlite_worker):
         await begin_story(double, order="round_robin")
         handle = await double.slash("story act", {"motion": "quickly run", "background": "town"}, user=PLAYERS[1])
-        body = (await handle.response()).json
-    assert body["data"]["flags"] & 64 and "Qiqi's turn" in body["data"]["content"]
+        text = private_text(await handle.answer())
+    assert "Qiqi's turn" in text
     assert await read_db(bot_settings, select(Turn.id)) == []
 
 
@@ -86,8 +78,8 @@ async def test_a_second_story_in_the_same_channel_is_refused(double, bot_setting
     async with running_bot(double, bot_settings, sqlite_worker):
         await begin_story(double)
         handle = await double.slash("story start", {"title": "Another"}, user=PLAYERS[1])
-        body = (await handle.response()).json
-    assert "already has a story" in body["data"]["content"]
+        text = private_text(await handle.answer())
+    assert "already has a story" in text
     assert len(await read_db(bot_settings, select(Story.id))) == 1
 
 
@@ -113,7 +105,68 @@ async def test_recap_posts_the_story_as_one_clip_and_a_link_free_summary(double,
 async def test_end_archives_the_story_and_frees_the_channel(double, bot_settings, sqlite_worker):
     async with running_bot(double, bot_settings, sqlite_worker):
         await begin_story(double)
-        await (await double.slash("story end", user=PLAYERS[0])).response()
+        await (await double.slash("story end", user=PLAYERS[0])).answer()
         again = await double.slash("story start", {"title": "Sequel"}, user=PLAYERS[0])
-        assert "Sequel" in (await again.response()).json["data"]["content"]
+        assert "Sequel" in shown(await again.answer())["content"]
     assert sorted(s for (s,) in await read_db(bot_settings, select(Story.status))) == ["active", "archived"]
+
+
+@pytest.mark.slow
+async def test_a_story_turn_taken_while_the_one_before_renders_waits_for_it_and_carries_it(
+    double, bot_settings, sqlite_worker, tiny_pipeline
+):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await begin_story(double)
+        await set_history_window(bot_settings, 2)
+        for player, (motion, background) in zip(PLAYERS[:2], MOVES[:2], strict=True):  # back to back
+            await accepted(await double.slash("story act", {"motion": motion, "background": background}, user=player))
+        await wait_for_db(bot_settings, select(Job.result_message_id), lambda r: len(r) == 2 and all(x for (x,) in r))
+
+    jobs = await read_db(bot_settings, select(Job.sent_at, Job.finished_at, Job.result_message_id).order_by(Job.id))
+    assert jobs[1][0] >= jobs[0][1]  # Bob's turn was sent only once Alice's was done
+    assert jobs[0][2] < jobs[1][2]  # and the story's posts came in its order
+    (alice, _), (bob, _) = await read_db(bot_settings, select(Turn, Job.id).join(Job).order_by(Turn.seq))
+    past = [history_turn(alice)]
+    expected = tiny_pipeline(TurnRequest(job_id="check", instruction=bob.instruction, seed=bob.seed, history=past))
+    assert expected.representation == bob.representation
+
+
+@pytest.mark.slow
+async def test_reroll_and_continue_under_a_turn_of_an_ended_story_are_refused_in_one_sentence(
+    double, bot_settings, sqlite_worker
+):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await begin_story(double)
+        await story_turn(double, bot_settings, PLAYERS[0], *MOVES[0], done=1)
+        ((job_id, message_id),) = await read_db(bot_settings, select(Job.id, Job.result_message_id))
+        await (await double.slash("story end", user=PLAYERS[0])).answer()
+        reroll = await double.button(message_id, f"ag:turn:{job_id}:reroll", user=PLAYERS[0])
+        text = private_text(await reroll.answer())
+        click = await double.button(message_id, f"ag:turn:{job_id}:continue", user=PLAYERS[0])
+        form = (await click.response()).json["data"]
+        box = form["components"][0]["components"][0]["custom_id"]
+        sent = await double.modal_submit(
+            form["custom_id"], {box: "Character: Qiqi; Motion: wave; Background: town."}, user=PLAYERS[0]
+        )
+        again = private_text(await sent.answer())
+    assert "story has ended" in text and "\n" not in text
+    assert "story has ended" in again
+    assert len(await read_db(bot_settings, select(Job.id))) == 1
+
+
+@pytest.mark.slow
+async def test_a_player_who_starts_over_leaves_the_story_whole_as_a_former_player(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await begin_story(double)
+        await story_turn(double, bot_settings, PLAYERS[0], *MOVES[0], done=1)
+        await story_turn(double, bot_settings, PLAYERS[1], *MOVES[1], done=2)
+        ask = await double.slash("reset", user=PLAYERS[0])
+        buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
+        confirm = next(b for b in buttons if b["label"] == "Start over")
+        await (await double.button(ask.original, confirm["custom_id"], user=PLAYERS[0])).response()
+        await wait_for_db(bot_settings, select(Turn.character_id).order_by(Turn.seq), lambda r: r[0][0] is None)
+        recap = await double.slash("story recap", user=PLAYERS[2])
+        (followup,) = await recap.followups(timeout=60)
+    assert len(await read_db(bot_settings, select(Turn.id).where(Turn.story_id.is_not(None)))) == 2
+    text = followup.json["content"]
+    assert "a former player" in text and "Sosuke" in text

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from db.models import Character, Job, JobStatus, Turn
 from tests.bot.conftest import read_db, running_bot, wait_for_db
+from tests.bot.helpers import accepted, shown
 from tests.discord_double import member
 
 pytestmark = pytest.mark.slow
@@ -21,9 +22,9 @@ LINE = "Character: Qiqi; Motion: gently lie down; Background: day grass."
 
 
 async def start_and_act(double, instruction: str = LINE):
-    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).response()
+    await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
     handle = await double.slash("act", {"instruction": instruction}, user=ALICE)
-    await handle.response()
+    await accepted(handle)
     return handle
 
 
@@ -88,7 +89,7 @@ async def test_continue_opens_a_prefilled_modal_whose_submission_takes_the_next_
         assert field["value"] == LINE
         nxt = "Character: Qiqi; Motion: quickly run; Background: night street."
         submit = await double.modal_submit(modal["data"]["custom_id"], {field["custom_id"]: nxt}, user=ALICE)
-        assert (await submit.response()).json["type"] == 5
+        await accepted(submit)
         await wait_for_db(bot_settings, select(Job.result_message_id), lambda r: len(r) == 2 and r[1][0], timeout=90)
     assert [t for (t,) in await read_db(bot_settings, select(Turn.instruction).order_by(Turn.id))] == [LINE, nxt]
 
@@ -106,11 +107,11 @@ async def test_another_players_reroll_is_refused(double, bot_settings, sqlite_wo
 async def test_queue_lists_the_turn_and_cancel_stops_it_changing_the_character(double, bot_settings, sqlite_worker):
     settings = bot_settings
     async with running_bot(double, settings, sqlite_worker) as bot:
-        await bot.delivery.stop()  # hold results back so the turn stays in flight while we look
+        await bot.supervisor.stop()  # hold results back so the turn stays in flight while we look
         await start_and_act(double)
-        queue = (await (await double.slash("queue", user=ALICE)).response()).json["data"]["content"]
-        cancel = (await (await double.slash("cancel", user=ALICE)).response()).json["data"]["content"]
-        bot.delivery.start()
+        queue = shown(await (await double.slash("queue", user=ALICE)).answer())["content"]
+        cancel = shown(await (await double.slash("cancel", user=ALICE)).answer())["content"]
+        bot.supervisor.start()
         await asyncio.sleep(5)  # the worker finishes the turn; its result must not be applied
     assert "turn" in queue and "Cancelled" in cancel
     ((status,),) = await read_db(settings, select(Job.status))

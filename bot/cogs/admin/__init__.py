@@ -2,7 +2,8 @@
 
 Every command needs Manage Server twice over: ``default_permissions`` hides /admin from others
 in Discord's UI, but a server owner can override that, so ``interaction_check`` checks the
-member's real permissions in code as well. Every action writes an audit row.
+member's real permissions in code as well, and then defers the answer (privately) before any
+command touches the database. Every action writes an audit row.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from discord.ext import commands
 from bot.cogs.admin.data import DataCommands
 from bot.cogs.admin.moderation import ModerationCommands
 from bot.cogs.admin.settings import SettingsCommands
-from bot.errors import Refusal
+from bot.errors import Refusal, defer_privately
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -43,6 +44,7 @@ class Admin(
     async def interaction_check(self, interaction: discord.Interaction) -> bool:
         if not has_manage_guild(interaction):
             raise Refusal("You need the Manage Server permission to use admin commands.")
+        await defer_privately(interaction)  # every admin command writes (or may wait on a writer): answer first
         return True
 
 

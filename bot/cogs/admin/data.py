@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
+from bot.errors import fill
 from bot.queue import QueueUnavailable
 from db import moderation
-from db.queries import user_jobs_in_flight
+from db.jobs import user_jobs_in_flight
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -33,7 +34,7 @@ def _delete_files(paths: list[str]) -> int:
 
 def _shown_target(action: str, target: str) -> str:
     """Members and channels as mentions (they ping nobody: the bot allows no mentions); terms as typed."""
-    if action in ("ban", "unban", "purge") and target.isdigit():
+    if action in ("ban", "unban", "purge", "player not reached") and target.isdigit():
         return f"<@{target}>"
     if action.startswith("channels") and target.isdigit():
         return f"<#{target}>"
@@ -51,38 +52,41 @@ class DataCommands:
             clips = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
         deleted = await asyncio.to_thread(_delete_files, clips)
-        await interaction.response.send_message(
-            f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
+        await fill(
+            interaction, f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
         )
         # After answering: a broker can take seconds to refuse. Their turns' rows are gone already,
         # so a result that still arrives finds no job and is never applied or posted.
         for job in in_flight:
+            if job.sent_at is None:
+                continue  # never sent: the outbox will not find its row any more
             try:
-                await self.bot.queue.revoke(job.task_id)
+                await self.bot.queue.cancel(job.task_id)
             except QueueUnavailable:
-                log.info("revoke of purged turn %s not sent", job.task_id)
+                log.info("cancel of purged turn %s not marked; its result finds no job", job.task_id)
 
     @app_commands.command(name="audit", description="Recent admin actions on this server")
     async def audit(self, interaction: discord.Interaction) -> None:
         async with self.bot.sessions() as session:
             rows = await moderation.recent_audit(session, interaction.guild_id)
         if not rows:
-            await interaction.response.send_message("No admin actions yet.", ephemeral=True)
+            await fill(interaction, "No admin actions yet.", ephemeral=True)
             return
         lines = [
-            f"<t:{int(r.created_at.timestamp())}:f> <@{r.actor_id}> {r.action}"
+            f"<t:{int(r.created_at.timestamp())}:f> {f'<@{r.actor_id}>' if r.actor_id else 'the bot'} {r.action}"
             + (f" {_shown_target(r.action, r.target)}" if r.target else "")
             + (f" ({discord.utils.escape_markdown(r.details)})" if r.details else "")
             for r in rows
         ]
-        await interaction.response.send_message("\n".join(lines)[:2000], ephemeral=True)
+        await fill(interaction, "\n".join(lines)[:2000], ephemeral=True)
 
     @app_commands.command(name="stats", description="Players, turns today, queue length, average turn time")
     async def stats(self, interaction: discord.Interaction) -> None:
         async with self.bot.sessions() as session:
             stats = await moderation.guild_stats(session, interaction.guild_id)
         average = f"{stats.average_turn_seconds:.1f} s" if stats.average_turn_seconds is not None else "no turns yet"
-        await interaction.response.send_message(
+        await fill(
+            interaction,
             f"Players: {stats.players}\nTurns in the last 24 h: {stats.turns_today}\n"
             f"In flight now: {stats.queue_length}\nAverage turn (queued to done): {average}",
             ephemeral=True,

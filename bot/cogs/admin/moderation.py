@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
-from bot.errors import Refusal
+from bot.errors import Refusal, fill
 from db import moderation
+from game.text import clean_text
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -26,13 +27,14 @@ class ModerationCommands:
         user: discord.User,
         reason: app_commands.Range[str, 1, 200] | None = None,
     ) -> None:
+        reason = clean_text(reason, label="The reason", max_chars=200) if reason is not None else None
         async with self.bot.sessions() as session, session.begin():
             new = await moderation.ban(session, interaction.guild_id, user.id, reason, interaction.user.id)
             await moderation.audit(
                 session, interaction.guild_id, interaction.user.id, "ban", str(user.id), reason or ""
             )
         verb = "is now banned" if new else "was already banned (reason updated)"
-        await interaction.response.send_message(f"{user.mention} {verb} from the game.", ephemeral=True)
+        await fill(interaction, f"{user.mention} {verb} from the game.", ephemeral=True)
 
     @app_commands.command(name="unban", description="Let a banned member play again")
     @app_commands.describe(user="who")
@@ -43,18 +45,16 @@ class ModerationCommands:
                 await moderation.audit(session, interaction.guild_id, interaction.user.id, "unban", str(user.id))
         if not removed:
             raise Refusal(f"{user.mention} is not banned.")
-        await interaction.response.send_message(f"{user.mention} may play again.", ephemeral=True)
+        await fill(interaction, f"{user.mention} may play again.", ephemeral=True)
 
     @terms.command(name="add", description="Block a term in instructions")
     @app_commands.describe(term="a word or phrase, matched ignoring case")
     async def terms_add(self, interaction: discord.Interaction, term: app_commands.Range[str, 1, 100]) -> None:
-        term = moderation.normalize_term(term)
-        if not term:
-            raise Refusal("A blocked term needs a word or phrase, not only spaces.")
+        term = moderation.normalize_term(term)  # TextError (a refusal) for empty, invisible or control text
         async with self.bot.sessions() as session, session.begin():
             new = await moderation.add_term(session, interaction.guild_id, term, interaction.user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "terms add", term)
-        await interaction.response.send_message("Blocked." if new else "That term was already blocked.", ephemeral=True)
+        await fill(interaction, "Blocked." if new else "That term was already blocked.", ephemeral=True)
 
     @terms.command(name="remove", description="Unblock a term")
     @app_commands.describe(term="a blocked term")
@@ -66,11 +66,11 @@ class ModerationCommands:
                 await moderation.audit(session, interaction.guild_id, interaction.user.id, "terms remove", term)
         if not removed:
             raise Refusal("That term is not blocked; /admin terms list shows the blocked ones.")
-        await interaction.response.send_message("Unblocked.", ephemeral=True)
+        await fill(interaction, "Unblocked.", ephemeral=True)
 
     @terms.command(name="list", description="The blocked terms")
     async def terms_list(self, interaction: discord.Interaction) -> None:
         async with self.bot.sessions() as session:
             terms = await moderation.list_terms(session, interaction.guild_id)
         text = ", ".join(f"`{t}`" for t in terms) if terms else "No terms are blocked."
-        await interaction.response.send_message(text[:2000], ephemeral=True)
+        await fill(interaction, text[:2000], ephemeral=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
-from bot.errors import Refusal
+from bot.errors import Refusal, fill
 from db import moderation
 from game.history import MAX_WINDOW
 
@@ -27,7 +27,7 @@ class SettingsCommands:
             await moderation.audit(
                 session, interaction.guild_id, interaction.user.id, "channels allow", str(channel.id)
             )
-        await interaction.response.send_message(f"The game may be played in {channel.mention}.", ephemeral=True)
+        await fill(interaction, f"The game may be played in {channel.mention}.", ephemeral=True)
 
     @channels.command(name="deny", description="Take a channel off the allowed list")
     @app_commands.describe(channel="the channel")
@@ -42,14 +42,14 @@ class SettingsCommands:
         if not removed:
             raise Refusal(f"{channel.mention} was not on the allowed list.")
         note = "" if left else " No channel is listed now, so the game may be played everywhere."
-        await interaction.response.send_message(f"{channel.mention} is off the list.{note}", ephemeral=True)
+        await fill(interaction, f"{channel.mention} is off the list.{note}", ephemeral=True)
 
     @channels.command(name="list", description="Where the game may be played")
     async def channels_list(self, interaction: discord.Interaction) -> None:
         async with self.bot.sessions() as session:
             channels = await moderation.list_channels(session, interaction.guild_id)
         text = ", ".join(f"<#{c}>" for c in channels) if channels else "Every channel (none is listed)."
-        await interaction.response.send_message(text, ephemeral=True)
+        await fill(interaction, text, ephemeral=True)
 
     @app_commands.command(name="quota", description="Turns per player per hour, and the server's queue cap")
     @app_commands.describe(
@@ -67,8 +67,10 @@ class SettingsCommands:
                 await moderation.audit(
                     session, interaction.guild_id, interaction.user.id, "quota", None, f"{per_hour}/h, cap {cap}"
                 )
-        await interaction.response.send_message(
-            f"{per_hour} turns per player per hour; at most {cap} turns in flight on this server.", ephemeral=True
+        await fill(
+            interaction,
+            f"{per_hour} turns per player per hour; at most {cap} turns in flight on this server.",
+            ephemeral=True,
         )
 
     @app_commands.command(name="history", description="How many turns the model sees at once (1: the new one alone)")
@@ -81,7 +83,7 @@ class SettingsCommands:
             if window is not None:
                 await moderation.audit(session, interaction.guild_id, interaction.user.id, "history", None, str(turns))
         past = "no past turns" if turns == 1 else f"the {turns - 1} turns before it"
-        await interaction.response.send_message(f"Each turn is made with {past}.", ephemeral=True)
+        await fill(interaction, f"Each turn is made with {past}.", ephemeral=True)
 
     @app_commands.command(name="pause", description="Pause generation on this server")
     async def pause(self, interaction: discord.Interaction) -> None:
@@ -98,6 +100,6 @@ class SettingsCommands:
             if changed:
                 await moderation.audit(session, interaction.guild_id, interaction.user.id, word)
         state = "paused" if paused else "running"
-        await interaction.response.send_message(
-            f"Generation is {state}." if changed else f"Generation was already {state}.", ephemeral=True
+        await fill(
+            interaction, f"Generation is {state}." if changed else f"Generation was already {state}.", ephemeral=True
         )

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 import discord
 from discord.ext import commands
 
+from bot.buttons import submit_continue
 from bot.cogs.play.act import ActCommands
 from bot.cogs.play.character import CharacterCommands
 from bot.cogs.play.queue import QueueCommands
-from bot.cogs.play.views import submit_continue
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot

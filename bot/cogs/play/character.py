@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 from typing import TYPE_CHECKING
 
 import discord
@@ -11,12 +10,12 @@ from discord import app_commands
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
 from bot.cogs.play.views import ConfirmReset
-from bot.errors import Refusal
-from bot.queue import QueueUnavailable
-from db.queries import active_character, get_or_create_character, has_turn_in_flight, recent_turns, reset_character
+from bot.errors import Refusal, defer_privately, fill
+from bot.turns import check_served
+from db.jobs import has_turn_in_flight
+from db.queries import active_character, get_or_create_character, recent_turns, reset_character
 from game.instruction import InstructionError, from_fields
 from game.state import CharacterState
-from worker.celery_app import RELEASE_MODEL, queue_for
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -42,13 +41,16 @@ class CharacterCommands:
     @app_commands.guild_only()
     async def start(self, interaction: discord.Interaction, character: app_commands.Range[str, 1, 60]) -> None:
         name = checked_name(character)
+        check_served(self.bot, name)
+        await defer_privately(interaction)
         async with self.bot.sessions() as session, session.begin():
             current = await active_character(session, interaction.guild_id, interaction.user.id)
             if current is not None and current.name != name and await has_turn_in_flight(session, current):
                 raise Refusal(f"{current.name} has a turn in flight; switch when it is done.")
             chosen = await get_or_create_character(session, interaction.guild_id, interaction.user.id, name)
             state = character_state(chosen)
-        await interaction.response.send_message(
+        await fill(
+            interaction,
             f"You play **{discord.utils.escape_markdown(name)}**. Take a turn with /act.",
             embed=state_embed(name, state),
             file=discord.File(_png(state), GAUGE_FILENAME),
@@ -98,7 +100,10 @@ class CharacterCommands:
             raise Refusal("You have no character here yet; pick one with /start.")
         view = ConfirmReset(interaction.user.id)
         await interaction.response.send_message(
-            f"Start {character.name} over? Stats go back to 50 and past turns are forgotten.", view=view, ephemeral=True
+            f"Start {discord.utils.escape_markdown(character.name)} over? Stats go back to 50 and past turns are "
+            "forgotten (turns in shared stories stay there).",
+            view=view,
+            ephemeral=True,
         )
         await view.wait()
         if not view.confirmed:
@@ -114,38 +119,10 @@ class CharacterCommands:
         await interaction.edit_original_response(content=f"{character.name} starts over.")
 
 
-SERVED_CACHE_SECONDS = 60.0
-_served: dict[int, tuple[float, list[str]]] = {}  # bot id -> (when, characters some worker serves)
-
-
-async def served_characters(bot: AnimeGamerBot) -> list[str]:
-    """The characters some worker has loaded, asked of the workers at most once a minute.
-
-    Published checkpoints are one pair per character, each with its own queue; random-weight
-    models (and brokers that cannot be asked) serve every configured character.
-    """
-    settings = bot.settings
-    if settings.model != RELEASE_MODEL:
-        return settings.characters
-    when, names = _served.get(id(bot), (0.0, []))
-    if time.monotonic() - when > SERVED_CACHE_SECONDS:
-        try:
-            queues = await bot.queue.active_queues()
-        except QueueUnavailable:
-            queues = None
-        names = (
-            settings.characters
-            if queues is None
-            else [name for name in settings.characters if queue_for(settings, name) in queues]
-        )
-        _served[id(bot)] = (time.monotonic(), names)
-    return names
-
-
 async def character_choices(bot: AnimeGamerBot, current: str) -> list[app_commands.Choice[str]]:
     """Autocomplete suggests; the command still validates whatever is typed."""
     wanted = current.casefold()
-    names = [name for name in await served_characters(bot) if wanted in name.casefold()]
+    names = [name for name in bot.served_characters() or bot.settings.characters if wanted in name.casefold()]
     return [app_commands.Choice(name=name, value=name) for name in names[:25]]
 
 

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
-from bot.errors import Refusal
-from bot.queue import QueueUnavailable
-from db.queries import cancel_job, queue_position, user_jobs_in_flight
+from bot.errors import Refusal, defer_privately, fill
+from db.jobs import cancel_job, queue_position, user_jobs_in_flight
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -39,14 +38,15 @@ class QueueCommands:
     @app_commands.command(name="cancel", description="Cancel your queued or running turn")
     @app_commands.guild_only()
     async def cancel(self, interaction: discord.Interaction) -> None:
+        await defer_privately(interaction)  # answer first: telling the workers can wait on a broker
         async with self.bot.sessions() as session, session.begin():
             jobs = await user_jobs_in_flight(session, interaction.guild_id, interaction.user.id)
             cancelled = [job for job in jobs if await cancel_job(session, job.id)]
         if not cancelled:
             raise Refusal("You have no turn in flight to cancel.")
+        await fill(interaction, "Cancelled; that turn will not change your character.", ephemeral=True)
+        supervisor = self.bot.supervisor
         for job in cancelled:
-            try:
-                await self.bot.queue.revoke(job.task_id)
-            except QueueUnavailable:
-                log.info("revoke of %s not sent; its result will be ignored when it arrives", job.task_id)
-        await interaction.response.send_message("Cancelled; that turn will not change your character.", ephemeral=True)
+            await supervisor.notices.tell(job, "Cancelled.")
+            if job.sent_at is not None:  # its task is with the broker: tell the workers (or the supervisor will)
+                await supervisor.mark_cancelled(job)

@@ -14,7 +14,7 @@ from discord.ext import commands
 from sqlalchemy.exc import IntegrityError
 
 from bot.clips import ClipTooLarge, fit_to_size, join_clips
-from bot.errors import Refusal
+from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.turns import TurnInput, check_may_play, submit_turn
 from db.models import JobKind, Story, TurnOrder
 from db.queries import (
@@ -27,6 +27,7 @@ from db.queries import (
     story_turns,
 )
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
+from game.text import clean_text
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -54,6 +55,8 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         title: app_commands.Range[str, 1, 100],
         order: Literal["free", "round_robin"] = "free",
     ) -> None:
+        title = clean_text(title, label="The title", max_chars=100)
+        await defer_publicly(interaction)
         try:
             async with self.bot.sessions() as session, session.begin():
                 await check_may_play(session, interaction.guild_id, interaction.channel_id, interaction.user.id)
@@ -62,31 +65,34 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
                 )
         except IntegrityError as exc:
             raise Refusal("This channel already has a story; /story end it first.") from exc
-        await interaction.response.send_message(
+        await fill(
+            interaction,
             f"📖 **{discord.utils.escape_markdown(title)}** begins here ({order.replace('_', ' ')}). "
-            "Join with /story join, play with /story act."
+            "Join with /story join, play with /story act.",
         )
 
     @app_commands.command(name="join", description="Bring your character into this channel's story")
     async def join(self, interaction: discord.Interaction) -> None:
         story = await self._story(interaction)
+        await defer_publicly(interaction)
         async with self.bot.sessions() as session, session.begin():
             character = await active_character(session, interaction.guild_id, interaction.user.id)
             if character is None:
                 raise Refusal("Pick your character first with /start.")
             await join_story(session, story, character)
             name = character.name
-        await interaction.response.send_message(f"{discord.utils.escape_markdown(name)} joins the story.")
+        await fill(interaction, f"{discord.utils.escape_markdown(name)} joins the story.")
 
     @app_commands.command(name="leave", description="Take your character out of this channel's story")
     async def leave(self, interaction: discord.Interaction) -> None:
         story = await self._story(interaction)
+        await defer_privately(interaction)
         async with self.bot.sessions() as session, session.begin():
             character = await active_character(session, interaction.guild_id, interaction.user.id)
             left = character is not None and await leave_story(session, story.id, character.id)
         if not left:
             raise Refusal("Your character is not in this story.")
-        await interaction.response.send_message("You left the story.", ephemeral=True)
+        await fill(interaction, "You left the story.", ephemeral=True)
 
     @app_commands.command(name="act", description="Take the story's next turn")
     @app_commands.describe(
@@ -115,7 +121,10 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         if not turns:
             raise Refusal("Nothing has happened in this story yet.")
         await interaction.response.defer(thinking=True)
-        summary = "\n".join(f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)}" for turn, _ in turns)
+        summary = "\n".join(
+            f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)} ({discord.utils.escape_markdown(name)})"
+            for turn, name in turns
+        )
         paths = [turn.clip_path for turn, _ in turns if turn.clip_path and Path(turn.clip_path).exists()]
         limit = interaction.filesize_limit - 64 * 1024
         try:
@@ -127,17 +136,19 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             log.warning("story %s recap without a clip: %s", story.id, exc)
             files = []
         header = f"📖 **{discord.utils.escape_markdown(story.title)}** so far ({len(turns)} turns):\n"
-        await interaction.followup.send((header + summary)[:2000], files=files)
+        await fill(interaction, (header + summary)[:2000], files=files)
 
     @app_commands.command(name="end", description="Archive this channel's story")
     async def end(self, interaction: discord.Interaction) -> None:
         story = await self._story(interaction)
         if story.created_by != interaction.user.id and not interaction.permissions.manage_guild:
             raise Refusal("Only the story's creator or a server manager can end it.")
+        await defer_publicly(interaction)
         async with self.bot.sessions() as session, session.begin():
             await end_story(session, story)
-        await interaction.response.send_message(
-            f"📕 **{discord.utils.escape_markdown(story.title)}** is archived; /story start begins a new one here."
+        await fill(
+            interaction,
+            f"📕 **{discord.utils.escape_markdown(story.title)}** is archived; /story start begins a new one here.",
         )
 
 

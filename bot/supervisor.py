@@ -1,0 +1,368 @@
+"""The supervisor: one asyncio task that moves every job in flight along ``game.jobs``.
+
+Each tick it reads the jobs from the database (so a restarted bot resumes them all) and:
+
+1. sends the outbox: committed jobs whose task is not with the broker (a submission whose send
+   failed or never happened, a story turn whose predecessor just ended, a job handed back),
+   with the job's own task id, so a second send of the same job is dropped by the worker's claim;
+2. tells the workers of cancels that could not be marked when they happened;
+3. looks at every sent job's claim and stored state in one thread call, asks
+   ``game.jobs.next_event`` what that means, and makes the move: started, still alive, handed
+   back, succeeded (its result applied once, in one transaction), failed, expired;
+4. edits progress messages, and hands finished turns to the delivery.
+
+Every job is handled on its own: an error on one is logged and retried on the next tick, and a
+job that keeps failing its own handling is failed with an error id, so no job stops another.
+A queue that is down makes the looks fail; then only the moves that need no look are made
+(a turn over its time limit, a turn nobody picked up in time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+from sqlalchemy import select
+
+from bot.notices import Notices
+from bot.queue import Look, QueueUnavailable
+from bot.turns import ETA_GUESS_SECONDS, progress_text
+from db import moderation
+from db.base import utcnow
+from db.jobs import (
+    JobInfo,
+    ResultMismatchError,
+    apply_result,
+    arm_deadline,
+    average_turn_seconds,
+    beat,
+    build_history,
+    cancels_to_mark,
+    expire_job,
+    fail_job,
+    hand_back,
+    jobs_in_flight,
+    jobs_to_send,
+    mark_sent,
+    mark_started,
+    note_cancel_marked,
+    requeue,
+    update_progress,
+)
+from db.models import Character, GuildSettings, Story, Turn
+from game.contract import TurnRequest, TurnResult
+from game.history import DEFAULT_WINDOW
+from game.instruction import parse
+from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
+from worker.celery_app import RELEASE_MODEL, queue_for
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 30.0
+OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
+SERVED_REFRESH_SECONDS = 10.0  # how often the workers' presence is read (published model only)
+STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
+
+
+def limits_from(settings) -> Limits:
+    return Limits(
+        lease=timedelta(seconds=settings.lease_seconds),
+        # The worker's hard limit stops the turn; give it a lease to report that before deciding alone.
+        run=timedelta(seconds=settings.task_time_limit + max(60.0, settings.lease_seconds)),
+        pickup=timedelta(seconds=settings.pickup_timeout) if settings.pickup_timeout else None,
+    )
+
+
+def error_id(job_id: int) -> str:
+    """What a player quotes to an admin: short, unique per failure, findable in the log and /admin audit."""
+    return f"J{job_id}-{secrets.token_hex(2)}"
+
+
+class Supervisor:
+    def __init__(self, bot: AnimeGamerBot) -> None:
+        self.bot = bot
+        self.limits = limits_from(bot.settings)
+        self.notices = Notices(bot)
+        self._task: asyncio.Task[None] | None = None
+        self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
+        self._seconds_each = ETA_GUESS_SECONDS.get(bot.settings.model, 60.0)
+        # The published model is one MLLM + decoder pair per character, each on its own queue: the
+        # characters some live worker serves, as the workers announce them. Any name otherwise.
+        self.served: list[str] | None = list(bot.settings.characters) if bot.settings.model == RELEASE_MODEL else None
+        self._served_at = float("-inf")
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="animegamer-supervisor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        poll = self.bot.settings.delivery_poll_seconds
+        delay = poll
+        while True:
+            try:
+                await self.tick()
+                delay = poll
+            except Exception:
+                delay = min(delay * 2, MAX_BACKOFF_SECONDS)
+                log.exception("supervisor tick failed; retrying in %.0fs", delay)
+            await asyncio.sleep(delay)
+
+    async def tick(self) -> None:
+        await self.refresh_served()
+        async with self.bot.sessions() as session:
+            to_send = [job for job in await jobs_to_send(session) if job.queued_at < utcnow() - OUTBOX_GRACE]
+            to_mark = await cancels_to_mark(session)
+            self._seconds_each = await average_turn_seconds(session, self._seconds_each)
+        for job in to_send:
+            await self._guarded(job, self.send(job))
+        for job in to_mark:
+            await self._guarded(job, self.mark_cancelled(job))
+        async with self.bot.sessions() as session:
+            in_flight = await jobs_in_flight(session)
+        looks = await self._look([job for job in in_flight if job.sent_at is not None])
+        unclaimed = looks is not None and any(look.seen is Seen.NOTHING for look in looks.values())
+        broker_started = await self._broker_started() if unclaimed else None
+        for job in in_flight:
+            await self._guarded(job, self.watch(job, looks, broker_started))
+        await self.bot.delivery.post_pending()
+
+    async def refresh_served(self) -> None:
+        if self.served is None or time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:
+            return
+        try:
+            presences = await self.bot.queue.workers()
+        except QueueUnavailable:
+            return  # keep what was known
+        queues = {queue for presence in presences for queue in presence.queues}
+        settings = self.bot.settings
+        self.served = [name for name in settings.characters if queue_for(settings, name) in queues]
+        self._served_at = time.monotonic()
+
+    # -- the outbox --------------------------------------------------------------------------------
+
+    async def send(self, job: JobInfo) -> bool:
+        """Hand a committed job's task to the broker; False (and tried again next tick) if it is down."""
+        request, queue = await self._request(job)
+        eta = timedelta(seconds=self._seconds_each)
+        try:
+            await self.bot.queue.send(request, job.task_id, queue)
+        except QueueUnavailable as exc:
+            log.info("job %s not sent yet: %s", job.id, exc)
+            if job.deadline_at is None:  # a story turn whose turn has come: from now on it has a deadline
+                async with self.bot.sessions() as session, session.begin():
+                    await arm_deadline(session, job.id, utcnow() + self.limits.pickup_for(eta))
+            return False
+        async with self.bot.sessions() as session, session.begin():
+            await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
+        return True
+
+    async def send_now(self, job_id: int) -> bool:
+        """The submission's own send: the outbox's path, right away, for one job if it may go now.
+
+        False if it could not be sent (the queue is down: the outbox keeps trying until its deadline).
+        """
+        async with self.bot.sessions() as session:
+            ready = [job for job in await jobs_to_send(session) if job.id == job_id]
+        for job in ready:
+            try:
+                return await self.send(job)
+            except Exception:
+                log.exception("job %s: not sent at submission; the outbox will send it", job_id)
+                return False
+        return True
+
+    async def _request(self, job: JobInfo) -> tuple[TurnRequest, str]:
+        """The task's arguments, built now: a story turn's history holds every turn before it."""
+        async with self.bot.sessions() as session:
+            turn = (await session.execute(select(Turn).where(Turn.id == job.turn_id))).scalar_one()
+            source: Story | Character | None = (
+                await session.get(Story, turn.story_id)
+                if turn.story_id is not None
+                else await session.get(Character, turn.character_id)
+            )
+            window = (
+                await session.execute(
+                    select(GuildSettings.history_window).where(GuildSettings.guild_id == job.guild_id)
+                )
+            ).scalar_one_or_none() or DEFAULT_WINDOW
+            history = await build_history(session, source, window, turn.model_key) if source is not None else []
+        request = TurnRequest(job_id=str(job.id), instruction=turn.instruction, seed=turn.seed, history=history)
+        return request, queue_for(self.bot.settings, parse(turn.instruction).character)
+
+    async def mark_cancelled(self, job: JobInfo) -> None:
+        """Tell the workers a sent job was cancelled (the worker checks the mark before and while it runs)."""
+        try:
+            await self.bot.queue.cancel(job.task_id)
+        except QueueUnavailable:
+            return  # next tick
+        async with self.bot.sessions() as session, session.begin():
+            await note_cancel_marked(session, job.id)
+
+    # -- watching ----------------------------------------------------------------------------------
+
+    async def _look(self, jobs: list[JobInfo]) -> dict[str, Look] | None:
+        """Every sent job's claim and stored state, or None when the queue does not answer."""
+        try:
+            return await self.bot.queue.look([job.task_id for job in jobs])
+        except QueueUnavailable as exc:
+            log.warning("queue unreachable (%s); deciding only what needs no look", exc)
+            return None
+
+    async def _broker_started(self) -> datetime | None:
+        try:
+            return await self.bot.queue.broker_started()
+        except QueueUnavailable:
+            return None
+
+    async def watch(self, job: JobInfo, looks: dict[str, Look] | None, broker_started: datetime | None = None) -> None:
+        look = looks.get(job.task_id) if looks is not None else None
+        seen = look.seen if look is not None else Seen.UNKNOWN if job.sent_at is not None else Seen.NOTHING
+        if seen is Seen.NOTHING and job.sent_at and broker_started and job.sent_at < broker_started:
+            seen = Seen.LOST  # sent before the broker restarted, and no worker has it
+        now = utcnow()
+        clock = JobClock(job.status, job.sent_at is not None, job.attempts, job.deadline_at, job.started_at)
+        event = next_event(clock, seen, now, self.limits)
+        if event is Event.BEAT and job.deadline_at is not None and job.deadline_at - now > self.limits.lease * 2 / 3:
+            event = None  # seen recently enough: spare the database a write
+        if event is not None:
+            await self.move(job, event, look)
+        if (
+            look is not None
+            and look.state == "PROGRESS"
+            and isinstance(look.info, dict)
+            and event is not Event.SUCCEEDED
+        ):
+            await self.show_progress(job, look.info)
+
+    async def move(self, job: JobInfo, event: Event, look: Look | None) -> None:
+        now = utcnow()
+        if event is Event.SUCCEEDED:
+            await self.succeed(job, look.info if look is not None else None)
+            return
+        if event is Event.HANDED_BACK:
+            await self.bot.queue.release(job.task_id)  # QueueUnavailable: not handed back this tick
+            reason = (
+                "its worker stopped reporting" if look is None or look.seen is not Seen.ENDED else "its result was lost"
+            )
+            async with self.bot.sessions() as session, session.begin():
+                moved = await hand_back(session, job.id, deadline_after(event, now, self.limits), reason)
+            if moved:
+                log.warning("job %s handed back (%s); sending it again", job.id, reason)
+                await self.notices.edit_progress(job, f"🎬 {job.instruction}\nA worker stopped; trying again…")
+            return
+        if event is Event.FAILED:
+            await self.fail(job, _worker_error(job, look, self.limits))
+            return
+        async with self.bot.sessions() as session, session.begin():
+            if event is Event.STARTED:
+                await mark_started(session, job.id, deadline_after(event, now, self.limits))
+            elif event is Event.BEAT:
+                await beat(session, job.id, deadline_after(event, now, self.limits))
+            elif event is Event.REQUEUED:
+                if await requeue(session, job.id):
+                    log.warning("job %s: the broker restarted and lost its message; sending it again", job.id)
+            elif event is Event.EXPIRED:
+                expired = await expire_job(session, job.id)
+        if event is Event.EXPIRED and expired:
+            waited = max(1, round((now - job.queued_at).total_seconds() / 60))
+            log.warning("job %s expired after %d min in the queue", job.id, waited)
+            await self.notices.tell(
+                job,
+                f"No worker picked up this turn within {waited} min, so it was dropped; nothing was charged. "
+                "Try again later.",
+            )
+            await self._forget(job)
+
+    async def succeed(self, job: JobInfo, payload: object) -> None:
+        try:
+            result = TurnResult.model_validate(payload)
+        except ValidationError as exc:
+            await self.fail(job, f"the worker's result was malformed ({exc.error_count()} errors)")
+            return
+        clip = self.bot.delivery.clip_path(job)
+        await asyncio.to_thread(_write_file, clip, result.mp4)  # OSError (a full disk): next tick tries again
+        try:
+            async with self.bot.sessions() as session, session.begin():
+                applied = await apply_result(session, job.id, result, str(clip))
+        except ResultMismatchError as exc:
+            await self.fail(job, str(exc))
+            return
+        if not applied:  # cancelled or purged meanwhile, or another supervisor got there first
+            await asyncio.to_thread(clip.unlink, missing_ok=True)
+        await self._forget(job)
+
+    async def fail(self, job: JobInfo, details: str) -> None:
+        """Fail a job: the player gets one sentence and an error id; the details go to the log and the audit."""
+        eid = error_id(job.id)
+        async with self.bot.sessions() as session, session.begin():
+            failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000])
+            if failed and job.guild_id is not None:
+                await moderation.audit(
+                    session, job.guild_id, 0, "turn failed", f"job {job.id}", f"{eid}: {details}"[:500]
+                )
+        if not failed:
+            return
+        log.error("job %s failed [%s]: %s", job.id, eid, details)
+        await self.notices.tell(job, f"This turn could not be made (error `{eid}`); try again with /act.")
+        await self._forget(job)
+
+    async def show_progress(self, job: JobInfo, meta: dict) -> None:
+        stage, step, total = str(meta.get("stage", "")), int(meta.get("step", 0)), int(meta.get("total", 0))
+        if stage == "denoise" and total > 0 and job.status is JobStatus.RUNNING:
+            async with self.bot.sessions() as session, session.begin():
+                await update_progress(session, job.id, step, total)
+        await self.notices.edit_progress(job, progress_text(job.instruction, stage, step, total))
+
+    async def _forget(self, job: JobInfo) -> None:
+        with contextlib.suppress(QueueUnavailable):
+            await self.bot.queue.forget(job.task_id)
+
+    # -- isolation ---------------------------------------------------------------------------------
+
+    async def _guarded(self, job: JobInfo, step: Awaitable[object]) -> None:
+        """Run one job's step; an error stays with that job, and one that keeps failing fails the job."""
+        try:
+            await step
+            self._strikes.pop(job.id, None)
+        except Exception as exc:
+            strikes = self._strikes.get(job.id, 0) + 1
+            self._strikes[job.id] = strikes
+            log.warning("job %s: handling failed (%d of %d): %r", job.id, strikes, STRIKES, exc, exc_info=strikes == 1)
+            if strikes >= STRIKES:
+                self._strikes.pop(job.id, None)
+                with contextlib.suppress(Exception):
+                    await self.fail(job, f"the bot could not handle it: {type(exc).__name__}: {exc}")
+
+
+def _worker_error(job: JobInfo, look: Look | None, limits: Limits) -> str:
+    """The details of a failure, for the log and the audit (never shown to the player as is)."""
+    if look is not None and look.seen is Seen.FAILED:
+        info = look.info
+        return f"the worker failed: {type(info).__name__}: {info}" if isinstance(info, BaseException) else str(info)
+    if job.status is JobStatus.RUNNING and job.started_at is not None and utcnow() >= job.started_at + limits.run:
+        return f"it ran past the time limit ({limits.run.total_seconds():.0f} s) without an answer"
+    return f"its worker stopped reporting {job.attempts} time(s)"
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_bytes(data)
+    tmp.replace(path)

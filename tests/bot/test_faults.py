@@ -1,0 +1,244 @@
+"""Faults, caused for real: every turn still ends exactly once, with a message when it cannot be made.
+
+The real bot against the loopback Discord, real worker processes on the SQLite broker and on Redis. Each
+test causes its fault from outside: a Discord route that fails, a queue that is down while the bot stops,
+a worker killed with SIGKILL, a turn that hangs, a channel that refuses posts, a missing permission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from animegamer.settings import Settings
+from db.models import AuditLog, Job, JobStatus
+from tests.bot.conftest import running_bot, settings_beside, wait_for_db
+from tests.bot.helpers import accepted, dead_queue, private_text, refusal, running_bot_on, shown
+from tests.discord_double import ATTACH_FILES, DEFAULT_PERMISSIONS, Channel, DiscordDouble, Guild, member
+from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
+
+pytestmark = pytest.mark.slow
+
+ALICE, BOB = member("alice"), member("bob")
+CLIP_POSTS = r"/channels/\d+/messages"
+WAVE = {"motion": "gently wave", "background": "day town"}
+SLOW = {"motion": "slowly wave", "background": "day town"}  # tests.faulty_worker makes it last 10 s or more
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def worker(request: pytest.FixtureRequest) -> Worker:
+    """The session's worker on each broker."""
+    return request.getfixturevalue(f"{request.param}_worker")
+
+
+@pytest.fixture
+def settings(worker: Worker, tmp_path: Path) -> Settings:
+    return settings_beside(worker, tmp_path)
+
+
+def clip_posts(double: DiscordDouble, channel_id: int | None = None) -> list:
+    return [
+        c
+        for c in double.calls_to("POST", CLIP_POSTS if channel_id is None else rf"/channels/{channel_id}/messages")
+        if c.status == 200 and any(f.filename.endswith(".mp4") for f in c.files)
+    ]
+
+
+async def start(double: DiscordDouble, user=ALICE, **context) -> None:
+    assert "You play" in private_text(
+        await (await double.slash("start", {"character": "Qiqi"}, user=user, **context)).answer()
+    )
+
+
+async def done(settings: Settings, count: int = 1, timeout: float = 120) -> list:
+    return await wait_for_db(
+        settings,
+        select(Job.status, Job.result_message_id).order_by(Job.id),
+        lambda rows: len(rows) == count and all(posted is not None for _, posted in rows),
+        timeout=timeout,
+    )
+
+
+def faulty_worker(tmp_path: Path, broker: str, **env: str) -> Worker:
+    """A worker of the test's own whose pipeline hangs or dawdles on request (``tests.faulty_worker``)."""
+    url = redis_url_or_skip() if broker == "redis" else None
+    return start_worker(worker_env(tmp_path / "worker", url, **env), module="tests.faulty_worker")
+
+
+# -- Discord's side ---------------------------------------------------------------------------------------
+
+
+async def test_a_lost_reply_to_act_leaves_no_turn_behind(worker, settings):
+    async with DiscordDouble(strict=True) as double, running_bot(double, settings, worker):
+        await start(double)
+        lost = double.fail("POST", r"/interactions/\d+/[^/]+/callback", status=500, times=2)
+        handle = await double.slash("act", WAVE, user=ALICE)
+        await double.wait_until(lambda: lost.hits == 2 and handle.first_callback_seconds, 30, "the failed defer")
+        await asyncio.sleep(6)  # discord.py's third attempt comes after the deadline and gets 10062
+        double.clear_faults()
+        again = await double.slash("act", WAVE, user=ALICE)  # nothing in flight blocks the next turn
+        await accepted(again)
+        rows = await done(settings)
+    assert not handle.responded  # Discord never took the deferral: the player saw "interaction failed"
+    assert [status for status, _ in rows] == [JobStatus.DONE] and len(clip_posts(double)) == 1
+
+
+async def test_a_progress_message_that_cannot_be_shown_does_not_stop_the_turn(worker, settings, double):
+    async with running_bot(double, settings, worker):
+        await start(double)
+        double.fail("PATCH", r"/webhooks/\d+/[^/]+/messages/@original", status=404, code=10015, times=None)
+        await double.slash("act", WAVE, user=ALICE)
+        rows = await done(settings)
+    assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
+
+
+async def test_a_turn_committed_but_not_sent_when_the_bot_stopped_is_sent_after_the_restart(worker, settings, double):
+    async with running_bot_on(double, settings, dead_queue(settings)):  # the send fails; then the bot stops
+        await start(double)
+        await accepted(await double.slash("act", WAVE, user=ALICE))
+    ((sent_at,),) = await wait_for_db(settings, select(Job.sent_at), lambda rows: len(rows) == 1)
+    assert sent_at is None  # committed, never sent: what a bot killed between the two leaves
+    async with running_bot(double, settings, worker):
+        rows = await done(settings)
+        await asyncio.sleep(1.0)  # a few more ticks: nothing else is posted
+    assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
+
+
+# -- posting ---------------------------------------------------------------------------------------------
+
+
+async def test_a_post_refused_for_good_ends_undeliverable_beside_one_that_is_posted(worker, settings):
+    closed, open_ = Channel("closed"), Channel("open")
+    async with DiscordDouble([Guild(channels=[closed, open_])]) as double, running_bot(double, settings, worker):
+        double.fail("POST", rf"/channels/{closed.id}/messages", status=403, code=50013, times=None)
+        await start(double, ALICE, channel_id=closed.id)
+        await start(double, BOB, channel_id=open_.id)
+        alice = await double.slash("act", WAVE, user=ALICE, channel_id=closed.id)
+        await accepted(alice)
+        await accepted(await double.slash("act", WAVE, user=BOB, channel_id=open_.id))
+        rows = await done(settings, 2)
+        told = await alice.followups(timeout=15)
+    assert sorted(posted for _, posted in rows)[0] == 0  # Alice's: undeliverable, never retried
+    assert len(clip_posts(double, open_.id)) == 1 and clip_posts(double, closed.id) == []
+    note = private_text(told[-1])
+    assert "could not post it" in note and "not allowed" in note
+
+
+async def test_a_post_failing_for_a_while_is_retried_and_posted_once(worker, settings, double):
+    async with running_bot(double, settings, worker):
+        await start(double)
+        flaky = double.fail("POST", CLIP_POSTS, status=503, times=2)
+        await accepted(await double.slash("act", WAVE, user=ALICE))
+        await done(settings)
+    ((attempts,),) = await wait_for_db(settings, select(Job.post_attempts), lambda rows: True)
+    assert flaky.hits == 2 and attempts == 2 and len(clip_posts(double)) == 1
+
+
+async def test_a_channel_where_the_bot_may_not_attach_files_is_refused_before_any_work(sqlite_worker, tmp_path):
+    settings = settings_beside(sqlite_worker, tmp_path)
+    no_files = Channel("no-files", bot_permissions=DEFAULT_PERMISSIONS & ~ATTACH_FILES)
+    async with DiscordDouble([Guild(channels=[no_files])]) as double, running_bot(double, settings, sqlite_worker):
+        await start(double, channel_id=no_files.id)
+        handle = await double.slash("act", WAVE, user=ALICE, channel_id=no_files.id)
+        refusal(await handle.answer(), "Attach Files")
+    assert await wait_for_db(settings, select(Job.id), lambda rows: True) == []
+
+
+# -- workers ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("broker", ["sqlite", "redis"])
+async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double, tmp_path):
+    first = faulty_worker(tmp_path, broker, ANIMEGAMER_LEASE_SECONDS="3")
+    settings = settings_beside(first, tmp_path)
+    second = None
+    try:
+        async with running_bot(double, settings, first):
+            await start(double)
+            await accepted(await double.slash("act", SLOW, user=ALICE))
+            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+            first.kill(signal.SIGKILL)  # the whole worker, mid-turn
+            second = await asyncio.to_thread(start_worker, first.env)  # a plain worker: the turn at full speed
+            rows = await wait_for_db(
+                settings, select(Job.status, Job.result_message_id, Job.attempts), lambda r: r[0][1], timeout=240
+            )
+            await asyncio.sleep(1.0)
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    ((status, _, attempts),) = rows
+    assert status == JobStatus.DONE and attempts == 2 and len(clip_posts(double)) == 1
+
+
+async def test_a_hung_turn_is_stopped_at_the_time_limit_and_the_player_told_in_one_sentence(double, tmp_path):
+    worker = faulty_worker(tmp_path, "sqlite", ANIMEGAMER_TASK_TIME_LIMIT="10")
+    settings = settings_beside(worker, tmp_path)
+    try:
+        async with running_bot(double, settings, worker):
+            await start(double)
+            hung = await double.slash("act", {"motion": "hang", "background": "town"}, user=ALICE)
+            await accepted(hung)
+            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.FAILED, timeout=90)
+            await double.wait_until(lambda: "could not be made" in hung.original.content, 15, "the failure notice")
+            await accepted(await double.slash("act", WAVE, user=ALICE))  # the pool replaced its child: play goes on
+            rows = await wait_for_db(
+                settings, select(Job.status).order_by(Job.id), lambda r: r[-1][0] == JobStatus.DONE, timeout=90
+            )
+            audit = await wait_for_db(settings, select(AuditLog.action, AuditLog.details), lambda r: bool(r))
+    finally:
+        worker.kill()
+    notice = hung.original.content.splitlines()[-1]
+    assert notice.startswith("This turn could not be made (error `J") and "TimeLimit" not in notice
+    assert [status for (status,) in rows] == [JobStatus.FAILED, JobStatus.DONE]
+    assert audit[0][0] == "turn failed" and "TimeLimitExceeded" in audit[0][1]
+
+
+# -- cancel ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("broker", ["sqlite", "redis"])
+async def test_cancel_means_cancel_queued_or_running(broker, tmp_path):
+    worker = faulty_worker(tmp_path, broker)
+    settings = settings_beside(worker, tmp_path)
+    players = [member(name) for name in ("alice", "bob", "carol")]
+    try:
+        async with DiscordDouble() as double, running_bot(double, settings, worker):
+            for player in players:
+                await start(double, player)
+            for player in players[:2]:
+                await accepted(await double.slash("act", SLOW, user=player))
+            jobs = await wait_for_db(
+                settings,
+                select(Job.status, Job.user_id),
+                lambda rows: JobStatus.RUNNING in {s for s, _ in rows},
+                timeout=60,
+            )
+            by_status = {status: user_id for status, user_id in jobs}
+            for status in (JobStatus.QUEUED, JobStatus.RUNNING):  # the one waiting behind, then the one running
+                player = next(p for p in players if p.id == by_status[status])
+                assert "Cancelled" in shown(await (await double.slash("cancel", user=player)).answer())["content"]
+            await accepted(
+                await double.slash("act", {"motion": "quickly run", "background": "day town"}, user=players[2])
+            )
+            rows = await wait_for_db(
+                settings,
+                select(Job.status, Job.result_message_id).order_by(Job.id),
+                lambda rows: len(rows) == 3 and rows[2][1] is not None,
+                timeout=240,
+            )
+            await asyncio.sleep(1.0)
+    finally:
+        worker.kill()
+    assert [status for status, _ in rows] == [JobStatus.CANCELLED, JobStatus.CANCELLED, JobStatus.DONE]
+    assert [posted for _, posted in rows[:2]] == [None, None]
+    # The queued one is dropped before any work: by its claim's cancel mark, or on Redis, where Celery's
+    # revoke is heard too, by the worker's revoked list before it even reaches the task.
+    assert worker.said("not run: cancelled") + worker.said("Discarding revoked task") == 1
+    assert worker.said("cancelled while it ran; stopped") == 1  # the running one: stopped at a denoising step
+    assert worker.said(" done in ") == 1  # only Carol's turn was made
+    assert len(clip_posts(double)) == 1
