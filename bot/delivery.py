@@ -85,8 +85,11 @@ class Delivery:
     def clip_path(self, job: JobInfo) -> Path:
         return self.bot.settings.data_dir / "clips" / str(job.guild_id) / f"job_{job.id}.mp4"
 
-    async def post_pending(self) -> None:
-        """Start a task for every finished turn not yet posted (nor being posted, nor waiting to retry)."""
+    async def post_pending(self) -> set[int]:
+        """Start a task for every finished turn not yet posted (nor being posted, nor waiting to retry).
+
+        Returns the ids of every turn still to be posted.
+        """
         async with self.bot.sessions() as session:
             jobs = await jobs_to_post(session)
         now = time.monotonic()
@@ -94,6 +97,7 @@ class Delivery:
             if job.id in self._posting or now < self._retry_at.get(job.id, 0.0):
                 continue
             self._posting[job.id] = asyncio.create_task(self._deliver(job), name=f"animegamer-post-{job.id}")
+        return {job.id for job in jobs}
 
     async def stop(self) -> None:
         tasks = list(self._posting.values())
@@ -134,16 +138,16 @@ class Delivery:
         log.warning("job %s: post failed (%r); attempt %d again in %.1fs", job.id, exc, failures + 1, delay)
 
     async def give_up(self, job: JobInfo, why: str) -> None:
-        """Mark the post undeliverable and tell the player where their turn is."""
-        async with self.bot.sessions() as session, session.begin():
-            await set_job_messages(session, job.id, result_message_id=UNDELIVERABLE)
-        self._retry_at.pop(job.id, None)
+        """Tell the player where their turn is, then mark the post undeliverable (never tried again)."""
         where = f"<#{job.channel_id}>" if job.channel_id else "the channel"
         await self.bot.supervisor.notices.reach(
             job,
             f"Your turn `{job.instruction}` is done, but I could not post it in {where} ({why}). "
             "Your character was updated: /status shows it.",
         )
+        async with self.bot.sessions() as session, session.begin():
+            await set_job_messages(session, job.id, result_message_id=UNDELIVERABLE)
+        self._retry_at.pop(job.id, None)
 
     async def post(self, job: JobInfo) -> None:
         """Post a finished turn as a reply to its progress message; exactly once per job."""

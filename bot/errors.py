@@ -84,8 +84,17 @@ async def on_app_command_error(interaction: discord.Interaction, error: app_comm
     await refuse_or_raise(interaction, error)
 
 
+UNKNOWN_INTERACTION = 10062  # Discord's answer to a reply that came after the 3 s deadline
+
+
 async def refuse_or_raise(interaction: discord.Interaction, error: BaseException) -> None:
     """Answer an expected error with its sentence; log anything else with an id the player can quote."""
+    original = error.original if isinstance(error, app_commands.CommandInvokeError) else error
+    if isinstance(original, discord.NotFound) and original.code == UNKNOWN_INTERACTION:
+        # The reply was lost or late (Discord already told the player the interaction failed); nothing
+        # was committed before it, so there is nothing to undo and nobody left to answer.
+        log.warning("interaction %s expired before it was answered; nothing was done", interaction.id)
+        return
     text = refusal_text(error)
     if text is None:
         eid = secrets.token_hex(3)

@@ -43,6 +43,11 @@ class Notices:
         self._last_edit.pop(job_id, None)
         self._interactions.pop(job_id, None)
 
+    def keep_only(self, job_ids: set[int]) -> None:
+        """Drop what is kept for jobs that ended and were posted (or never will be)."""
+        self._last_edit = {k: v for k, v in self._last_edit.items() if k in job_ids}
+        self._interactions = {k: v for k, v in self._interactions.items() if k in job_ids}
+
     async def edit_progress(self, job: JobInfo, text: str, force: bool = False) -> bool:
         """Edit the job's progress message; False if it has none or the edit failed."""
         if not job.progress_message_id or not job.channel_id:

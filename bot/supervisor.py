@@ -141,7 +141,10 @@ class Supervisor:
         broker_started = await self._broker_started() if unclaimed else None
         for job in in_flight:
             await self._guarded(job, self.watch(job, looks, broker_started))
-        await self.bot.delivery.post_pending()
+        live = {job.id for job in in_flight}
+        self._strikes = {job_id: n for job_id, n in self._strikes.items() if job_id in live}
+        posting = await self.bot.delivery.post_pending()
+        self.notices.keep_only(live | posting)
 
     async def refresh_served(self) -> None:
         if self.served is None or time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:
@@ -179,7 +182,7 @@ class Supervisor:
         False if it could not be sent (the queue is down: the outbox keeps trying until its deadline).
         """
         async with self.bot.sessions() as session:
-            ready = [job for job in await jobs_to_send(session) if job.id == job_id]
+            ready = await jobs_to_send(session, only=job_id)
         for job in ready:
             try:
                 return await self.send(job)

@@ -396,8 +396,8 @@ def waits_for_story() -> ColumnElement[bool]:
     )
 
 
-async def jobs_to_send(session: AsyncSession) -> list[JobInfo]:
-    """The outbox: committed jobs whose task is not with the broker, and that may go now."""
+async def jobs_to_send(session: AsyncSession, only: int | None = None) -> list[JobInfo]:
+    """The outbox: committed jobs whose task is not with the broker, and that may go now (``only``: that job)."""
     stmt = (
         _job_info_select()
         .where(
@@ -405,6 +405,8 @@ async def jobs_to_send(session: AsyncSession) -> list[JobInfo]:
         )
         .order_by(Job.id)
     )
+    if only is not None:
+        stmt = stmt.where(Job.id == only)
     return [_job_info(row) for row in await session.execute(stmt)]
 
 
