@@ -36,6 +36,7 @@ from sqlalchemy import select
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from animegamer.settings import Settings
+from bot.app import AnimeGamerBot
 from db.models import Job, JobStatus
 from tests.bot.conftest import read_db, settings_beside, wait_for_db
 from tests.bot.helpers import EPHEMERAL, dead_queue, running_bot_on, shown
@@ -62,6 +63,7 @@ class Row:
     cancelled: int = 0
     stuck: int = 0
     computed_after_cancel: int = 0
+    stall: float = 0.0  # seconds: the bot's event loop's longest stall during the run
     notes: list[str] = field(default_factory=list)
 
 
@@ -118,7 +120,9 @@ async def settle(settings: Settings, timeout: float = 240) -> None:
     await asyncio.sleep(1.0)  # a few more ticks: anything posted twice would show now
 
 
-async def count(row: Row, double: DiscordDouble, settings: Settings, handles: list, workers: list[Worker]) -> Row:
+async def count(
+    row: Row, double: DiscordDouble, settings: Settings, handles: list, workers: list[Worker], bot: AnimeGamerBot
+) -> Row:
     jobs = await read_db(
         settings, select(Job.id, Job.status, Job.progress_message_id, Job.result_message_id, Job.user_id)
     )
@@ -130,6 +134,7 @@ async def count(row: Row, double: DiscordDouble, settings: Settings, handles: li
         if f.filename.endswith(".mp4")
     ]
     row.submitted, row.taken = len(handles), len(jobs)
+    row.stall = bot.loop_watch.longest
     for handle in handles:
         if handle.responded:
             answer = shown(await handle.answer(timeout=5))
@@ -160,17 +165,17 @@ async def count(row: Row, double: DiscordDouble, settings: Settings, handles: li
 async def no_fault(run: Run) -> Row:
     worker = run.worker()
     settings = run.settings(worker)
-    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app):
+    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app) as bot:
         handles = await act_all(double, run.players, WAVE)
         await settle(settings)
-        return await count(Row("none"), double, settings, handles, [worker])
+        return await count(Row("none"), double, settings, handles, [worker], bot)
 
 
 async def lost_reply(run: Run) -> Row:
     worker = run.worker()
     settings = run.settings(worker)
     half = len(run.players) // 2
-    async with DiscordDouble(strict=True) as double, running_bot_on(double, settings, worker.app):
+    async with DiscordDouble(strict=True) as double, running_bot_on(double, settings, worker.app) as bot:
         for player in run.players:
             await (await double.slash("start", {"character": "Qiqi"}, user=player)).answer()
         lost = []
@@ -182,7 +187,7 @@ async def lost_reply(run: Run) -> Row:
         await asyncio.sleep(8)  # discord.py's third try comes after the deadline: Discord answers 10062
         await settle(settings)
         row = await count(
-            Row("reply to /act lost (two 500s on the callback, then 10062)"), double, settings, handles, [worker]
+            Row("reply to /act lost (two 500s on the callback, then 10062)"), double, settings, handles, [worker], bot
         )
     row.notes.append(f"{sum(not h.responded for h in handles)} players saw Discord's 'interaction failed'")
     return row
@@ -195,9 +200,9 @@ async def bot_stopped_before_send(run: Run) -> Row:
         async with running_bot_on(double, settings, dead_queue(settings)):
             handles = await act_all(double, run.players, WAVE)
             await asyncio.sleep(1)
-        async with running_bot_on(double, settings, worker.app):
+        async with running_bot_on(double, settings, worker.app) as bot:
             await settle(settings)
-            return await count(Row("bot stopped between commit and send"), double, settings, handles, [worker])
+            return await count(Row("bot stopped between commit and send"), double, settings, handles, [worker], bot)
 
 
 async def redis_lost_queued(run: Run) -> Row:
@@ -205,14 +210,14 @@ async def redis_lost_queued(run: Run) -> Row:
     first = run.worker(server.url())
     settings = run.settings(first)
     first.kill(signal.SIGTERM)
-    async with DiscordDouble() as double, running_bot_on(double, settings, first.app):
+    async with DiscordDouble() as double, running_bot_on(double, settings, first.app) as bot:
         handles = await act_all(double, run.players, WAVE)
         await wait_for_db(settings, select(Job.sent_at), lambda rows: all(r[0] for r in rows))
         await asyncio.to_thread(server.restart)
         second = await asyncio.to_thread(run.worker, server.url())
         await settle(settings)
         return await count(
-            Row("queued turns lost (Redis restarted, no persistence)"), double, settings, handles, [first, second]
+            Row("queued turns lost (Redis restarted, no persistence)"), double, settings, handles, [first, second], bot
         )
 
 
@@ -220,35 +225,35 @@ async def redis_restart_running(run: Run) -> Row:
     server = run.redis()
     worker = run.worker(server.url(), module="tests.faulty_worker", ANIMEGAMER_LEASE_SECONDS="5")
     settings = run.settings(worker)
-    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app):
+    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app) as bot:
         handles = await act_all(double, run.players, SLOW)
         await wait_for_db(settings, select(Job.status), lambda rows: any(s == JobStatus.RUNNING for (s,) in rows))
         await asyncio.to_thread(server.restart)
         await settle(settings)
-        return await count(Row("Redis restarted while a turn ran"), double, settings, handles, [worker])
+        return await count(Row("Redis restarted while a turn ran"), double, settings, handles, [worker], bot)
 
 
 async def worker_killed(run: Run) -> Row:
     first = run.worker(module="tests.faulty_worker", ANIMEGAMER_LEASE_SECONDS="3")
     settings = run.settings(first)
-    async with DiscordDouble() as double, running_bot_on(double, settings, first.app):
+    async with DiscordDouble() as double, running_bot_on(double, settings, first.app) as bot:
         handles = await act_all(double, run.players, SLOW)
         await wait_for_db(settings, select(Job.status), lambda rows: any(s == JobStatus.RUNNING for (s,) in rows))
         first.kill(signal.SIGKILL)
         second = await asyncio.to_thread(run.worker, None, "animegamer")
         await settle(settings)
-        return await count(Row("worker killed mid-turn (SIGKILL)"), double, settings, handles, [first, second])
+        return await count(Row("worker killed mid-turn (SIGKILL)"), double, settings, handles, [first, second], bot)
 
 
 async def hung_turn(run: Run) -> Row:
     worker = run.worker(module="tests.faulty_worker", ANIMEGAMER_TASK_TIME_LIMIT="10")
     settings = run.settings(worker)
     half = len(run.players) // 2
-    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app):
+    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app) as bot:
         hung = await act_all(double, run.players[:half], HANG)
         fine = await act_all(double, run.players[half:], WAVE)
         await settle(settings, timeout=60 + 15 * half)
-        return await count(Row("hung turns (time limit 10 s)"), double, settings, hung + fine, [worker])
+        return await count(Row("hung turns (time limit 10 s)"), double, settings, hung + fine, [worker], bot)
 
 
 async def refused_posts(run: Run) -> Row:
@@ -256,34 +261,40 @@ async def refused_posts(run: Run) -> Row:
     settings = run.settings(worker)
     closed, open_ = Channel("closed"), Channel("open")
     half = len(run.players) // 2
-    async with DiscordDouble([Guild(channels=[closed, open_])]) as double, running_bot_on(double, settings, worker.app):
+    async with (
+        DiscordDouble([Guild(channels=[closed, open_])]) as double,
+        running_bot_on(double, settings, worker.app) as bot,
+    ):
         double.fail("POST", rf"/channels/{closed.id}/messages", status=403, code=50013, times=None)
         handles = await act_all(double, run.players[:half], WAVE, channel_id=closed.id)
         handles += await act_all(double, run.players[half:], WAVE, channel_id=open_.id)
         await settle(settings)
-        return await count(Row("posts refused for good in one channel (403)"), double, settings, handles, [worker])
+        return await count(Row("posts refused for good in one channel (403)"), double, settings, handles, [worker], bot)
 
 
 async def missing_permission(run: Run) -> Row:
     worker = run.worker()
     settings = run.settings(worker)
     no_files = Channel("no-files", bot_permissions=DEFAULT_PERMISSIONS & ~ATTACH_FILES)
-    async with DiscordDouble([Guild(channels=[no_files])]) as double, running_bot_on(double, settings, worker.app):
+    async with (
+        DiscordDouble([Guild(channels=[no_files])]) as double,
+        running_bot_on(double, settings, worker.app) as bot,
+    ):
         handles = await act_all(double, run.players, WAVE, channel_id=no_files.id)
         await settle(settings)
-        return await count(Row("bot may not attach files in the channel"), double, settings, handles, [worker])
+        return await count(Row("bot may not attach files in the channel"), double, settings, handles, [worker], bot)
 
 
 async def cancelled(run: Run) -> Row:
     worker = run.worker(module="tests.faulty_worker")
     settings = run.settings(worker)
-    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app):
+    async with DiscordDouble() as double, running_bot_on(double, settings, worker.app) as bot:
         handles = await act_all(double, run.players, SLOW)
         await wait_for_db(settings, select(Job.status), lambda rows: any(s == JobStatus.RUNNING for (s,) in rows))
         for player in run.players[:-1]:  # every turn but the last player's: the running one and queued ones
             await (await double.slash("cancel", user=player)).answer()
         await settle(settings)
-        return await count(Row("cancelled while queued or running"), double, settings, handles, [worker])
+        return await count(Row("cancelled while queued or running"), double, settings, handles, [worker], bot)
 
 
 FAULTS: dict[str, Callable[[Run], Awaitable[Row]]] = {
@@ -318,13 +329,13 @@ async def main() -> None:
             run.close()
         print(f"{name}: done", file=sys.stderr)
     columns = ["fault", "submitted", "taken", "delivered once", "told (failed, expired, unpostable)", "refused"]
-    columns += ["cancelled", "stuck", "duplicates", "computed after cancel"]
+    columns += ["cancelled", "stuck", "duplicates", "computed after cancel", "longest loop stall"]
     print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * 10)
+    print("|" + "---|" * len(columns))
     for r in rows:
         print(
             f"| {r.fault} | {r.submitted} | {r.taken} | {r.delivered_once} | {r.told} | {r.refused} | {r.cancelled} "
-            f"| {r.stuck} | {r.duplicates} | {r.computed_after_cancel} |"
+            f"| {r.stuck} | {r.duplicates} | {r.computed_after_cancel} | {r.stall:.2f} s |"
         )
     for r in rows:
         for note in r.notes:

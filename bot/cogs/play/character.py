@@ -112,17 +112,22 @@ class CharacterCommands:
             character = await active_character(session, interaction.guild_id, interaction.user.id)
             if character is None:
                 return
-            if await has_turn_in_flight(session, character):
-                await interaction.edit_original_response(content="A turn is in flight; try again when it is done.")
-                return
-            await reset_character(session, character)
-        await interaction.edit_original_response(content=f"{character.name} starts over.")
+            busy = await has_turn_in_flight(session, character)
+            if not busy:
+                await reset_character(session, character)
+        # Answered after the transaction: no Discord call while the database's write lock is held.
+        done = f"{discord.utils.escape_markdown(character.name)} starts over."
+        await interaction.edit_original_response(
+            content="A turn is in flight; try again when it is done." if busy else done
+        )
 
 
 async def character_choices(bot: AnimeGamerBot, current: str) -> list[app_commands.Choice[str]]:
     """Autocomplete suggests; the command still validates whatever is typed."""
     wanted = current.casefold()
-    names = [name for name in bot.served_characters() or bot.settings.characters if wanted in name.casefold()]
+    served = bot.served_characters()
+    offered = bot.settings.characters if served is None else served  # the published model: only what is served
+    names = [name for name in offered if wanted in name.casefold()]
     return [app_commands.Choice(name=name, value=name) for name in names[:25]]
 
 
