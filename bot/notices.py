@@ -43,10 +43,14 @@ class Notices:
         self._last_edit.pop(job_id, None)
         self._interactions.pop(job_id, None)
 
-    def keep_only(self, job_ids: set[int]) -> None:
-        """Drop what is kept for jobs that ended and were posted (or never will be)."""
-        self._last_edit = {k: v for k, v in self._last_edit.items() if k in job_ids}
-        self._interactions = {k: v for k, v in self._interactions.items() if k in job_ids}
+    def keep_only(self, job_ids: set[int], seen_at: float) -> None:
+        """Drop what is kept for jobs that ended and were posted (or never will be).
+
+        ``job_ids`` were read at ``seen_at`` (time.monotonic()); a job submitted since is not among them
+        yet, so entries newer than that stay.
+        """
+        self._last_edit = {k: v for k, v in self._last_edit.items() if k in job_ids or v[0] >= seen_at}
+        self._interactions = {k: v for k, v in self._interactions.items() if k in job_ids or v[0] >= seen_at}
 
     async def edit_progress(self, job: JobInfo, text: str, force: bool = False) -> bool:
         """Edit the job's progress message; False if it has none or the edit failed."""

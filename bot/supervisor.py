@@ -134,6 +134,7 @@ class Supervisor:
             await self._guarded(job, self.send(job))
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
+        seen_at = time.monotonic()
         async with self.bot.sessions() as session:
             in_flight = await jobs_in_flight(session)
         looks = await self._look([job for job in in_flight if job.sent_at is not None])
@@ -144,7 +145,7 @@ class Supervisor:
         live = {job.id for job in in_flight}
         self._strikes = {job_id: n for job_id, n in self._strikes.items() if job_id in live}
         posting = await self.bot.delivery.post_pending()
-        self.notices.keep_only(live | posting)
+        self.notices.keep_only(live | posting, seen_at)
 
     async def refresh_served(self) -> None:
         if self.served is None or time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:

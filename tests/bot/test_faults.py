@@ -128,6 +128,30 @@ async def test_a_post_refused_for_good_ends_undeliverable_beside_one_that_is_pos
     assert "could not post it" in note and "not allowed" in note
 
 
+@pytest.mark.parametrize("dms_open", [True, False], ids=["dm", "audit"])
+async def test_a_player_whose_turn_cannot_be_posted_is_reached_by_dm_else_in_the_audit_log(
+    sqlite_worker, tmp_path, dms_open
+):
+    settings = settings_beside(sqlite_worker, tmp_path)
+    closed = Channel("closed")
+    player = member("dana", dms_open=dms_open)
+    # The interaction's token is dead by the time the turn is done: no followup can reach the player.
+    async with (
+        DiscordDouble([Guild(channels=[closed], members=[player])], token_lifetime=1.0) as double,
+        running_bot(double, settings, sqlite_worker),
+    ):
+        double.fail("POST", rf"/channels/{closed.id}/messages", status=403, code=50013, times=None)
+        await start(double, player, channel_id=closed.id)
+        await accepted(await double.slash("act", WAVE, user=player, channel_id=closed.id))
+        await done(settings)
+        dms = double.dms(player)
+        audit = await wait_for_db(settings, select(AuditLog.action, AuditLog.target), lambda rows: True)
+    if dms_open:
+        assert len(dms) == 1 and "could not post it" in dms[0].content
+    else:
+        assert dms == [] and ("player not reached", str(player.id)) in audit
+
+
 async def test_a_post_failing_for_a_while_is_retried_and_posted_once(worker, settings, double):
     async with running_bot(double, settings, worker):
         await start(double)

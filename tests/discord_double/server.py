@@ -272,6 +272,7 @@ class DiscordDouble:
             (method, re.compile(pattern), handler)
             for method, pattern, handler in [
                 ("GET", r"/users/@me", lambda rec: self.bot.payload()),
+                ("GET", r"/users/(?P<uid>\d+)", self._get_user),
                 ("GET", r"/oauth2/applications/@me", self._application),
                 ("GET", r"/gateway", lambda rec: {"url": self.gateway_url}),
                 ("GET", r"/gateway/bot", self._gateway_bot),
@@ -1031,6 +1032,12 @@ class DiscordDouble:
         if channel is None:
             raise ApiError(404, 10003, "Unknown Channel")
         return channel.payload()
+
+    def _get_user(self, rec: Recorded, uid: str) -> dict[str, Any]:
+        found = self._user(int(uid))
+        if found is None:
+            raise ApiError(404, 10013, "Unknown User")
+        return found.payload()
 
     def _get_member(self, rec: Recorded, gid: str, uid: str) -> dict[str, Any]:
         guild = self._guild(int(gid))
