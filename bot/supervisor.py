@@ -345,6 +345,8 @@ class Supervisor:
         try:
             await step
             self._strikes.pop(job.id, None)
+        except QueueUnavailable as exc:  # the queue's fault, not the job's: the next tick tries again
+            log.info("job %s: waiting for the queue (%s)", job.id, exc)
         except Exception as exc:
             strikes = self._strikes.get(job.id, 0) + 1
             self._strikes[job.id] = strikes

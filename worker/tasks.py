@@ -1,8 +1,8 @@
 """The one task: a TurnRequest in, a TurnResult out, progress as task state.
 
 The pipeline lives on the Task instance, created once per worker process, so the model is
-loaded once (in the pool's child, or inherited from the parent on the CPU, see
-``animegamer worker``) and never per task. torch is imported only when the pipeline is needed.
+loaded once per pool child, as it starts (``animegamer worker``), and never per task. torch is
+imported only when the pipeline is needed.
 
 Before it computes anything the task takes the job's claim (``worker.control``): a turn that
 was cancelled, or that another delivery of the same message already holds or finished, is
@@ -178,7 +178,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         log.info("turn %s (job %s) cancelled while it ran; stopped", task_id, turn.job_id)
         raise Ignore() from None
     except SoftTimeLimitExceeded:
-        raise TurnTooLong(f"the turn took longer than {get_settings().task_time_limit} s") from None
+        raise TurnTooLong(f"the turn ran past its soft time limit ({app.conf.task_soft_time_limit} s)") from None
     log.info("turn %s done in %.2fs", turn.job_id, sum(result.timings.values()))
     return result.model_dump(mode="json")
 

@@ -4,11 +4,12 @@ The pool is `prefork` with one child (one worker per GPU): the child runs the tu
 Celery's hard time limit (ANIMEGAMER_TASK_TIME_LIMIT) kills a child whose turn hangs, reports
 the turn failed and forks a fresh child, where the `solo` pool could only wait forever.
 
-Where the model is loaded: on the CPU, once in the parent before the pool forks, so every child
-(the first, and one that replaces a killed child) shares it without loading again. On a GPU,
-in each child as it starts (CUDA cannot cross a fork), after the parent checked what it can
-without touching the GPU. SIGKILL of the whole worker leaves its turn to the bot, which sees
-the turn's claim lapse and sends it again.
+The model is loaded in the child, as it starts; the parent never runs torch. A process that
+forks after torch computed (on the CPU, its OpenMP threads; on a GPU, its CUDA context) leaves
+a child that hangs on its first operation. So the parent checks only what it can without
+computing (the model's name, the toy model's file), and a child
+that still cannot load the model stops the whole worker, its reason in the log. SIGKILL of the
+whole worker leaves its turn to the bot, which sees the turn's claim lapse and sends it again.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
 from animegamer.settings import Settings
 
 log = logging.getLogger(__name__)
+
+CHILD_START_SECONDS = 1800.0  # a pool child loads the model before it reports alive: the published one takes minutes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,12 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    # torch.cuda.is_available() through NVML: the parent must not initialise CUDA before it forks.
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     from celery import signals
 
     from worker.celery_app import BrokerUnavailable, app, check_broker, served_queues
-    from worker.pipeline.pipeline import PipelineLoadError, resolve_device
+    from worker.pipeline.pipeline import PipelineLoadError
     from worker.tasks import generate_turn
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded broker's and results' files live there
@@ -55,30 +57,24 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     app.conf.result_backend_transport_options = {
         "retry_policy": {"max_retries": 60, "interval_start": 0, "interval_step": 1, "interval_max": 5}
     }
+    app.conf.worker_proc_alive_timeout = CHILD_START_SECONDS
     try:
         check_broker(app, settings.broker_timeout)
-        on_cpu = resolve_device(settings.device) == "cpu"
+        check_model(settings)
     except (BrokerUnavailable, PipelineLoadError) as exc:
         print(exc, file=sys.stderr)
         return 1
-    if not args.no_preload:
-        try:
-            if on_cpu:
-                generate_turn.pipelines  # noqa: B018 - load once, in the parent: every child shares it
-            else:
-                check_release_files(settings)
-        except PipelineLoadError as exc:
-            print(exc, file=sys.stderr)
-            return 1
 
     @signals.worker_process_init.connect(weak=False)
     def start_child(**_: Any) -> None:
         generate_turn.reset_after_fork()
-        if not args.no_preload and not on_cpu:
+        if not args.no_preload:
             try:
-                generate_turn.pipelines  # noqa: B018 - on a GPU each child loads its own copy
-            except PipelineLoadError:
-                log.exception("the model did not load in the pool's child; its turns will fail")
+                generate_turn.pipelines  # noqa: B018 - once per child, before its first turn
+            except PipelineLoadError as exc:
+                log.critical("the model did not load, so this worker stops: %s", exc)
+                os.kill(os.getppid(), signal.SIGTERM)
+                return
         generate_turn.heartbeat  # noqa: B018 - announce this worker's queues, renew its claims
 
     argv = [
@@ -98,14 +94,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def check_release_files(settings: Settings) -> None:
-    """What the parent can check of the published model without a GPU: every file there, whole, of the right sizes."""
-    from worker.celery_app import RELEASE_MODEL
-    from worker.pipeline.checkpoints.load import check
+def check_model(settings: Settings) -> None:
+    """What the parent can check of the model without computing with torch; PipelineLoadError names the problem.
+
+    The published files are checked by the child as it loads them (`animegamer checkpoints check` checks
+    them beforehand): reading 25 GB of tensors here would put torch to work in the parent.
+    """
+    from worker.pipeline.config import TOY, UnknownModelError, check_model_name
     from worker.pipeline.pipeline import PipelineLoadError
 
-    if settings.model != RELEASE_MODEL:
-        return
-    failed = [report for report in check(settings.checkpoints, tuple(settings.characters)) if not report.ok]
-    if failed:
-        raise PipelineLoadError("\n".join(line for report in failed for line in report.lines))
+    try:
+        check_model_name(settings.model)
+    except UnknownModelError as exc:
+        raise PipelineLoadError(str(exc)) from exc
+    if settings.model == TOY:
+        from worker.pipeline.toy import SHIPPED, ToyCheckpointError, read_toy_checkpoint
+
+        try:
+            read_toy_checkpoint(SHIPPED, header_only=True)
+        except ToyCheckpointError as exc:
+            raise PipelineLoadError(str(exc)) from exc

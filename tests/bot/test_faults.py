@@ -172,6 +172,23 @@ async def test_a_channel_where_the_bot_may_not_attach_files_is_refused_before_an
     assert await wait_for_db(settings, select(Job.id), lambda rows: True) == []
 
 
+async def test_a_clip_the_bot_cannot_write_fails_that_turn_with_a_message_and_not_the_next(sqlite_worker, tmp_path):
+    settings = settings_beside(sqlite_worker, tmp_path)
+    (tmp_path / "clips").write_text("a file where the clips folder should be")  # every write of a clip fails
+    async with DiscordDouble() as double, running_bot(double, settings, sqlite_worker):
+        await start(double)
+        handle = await double.slash("act", WAVE, user=ALICE)
+        await accepted(handle)
+        await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.FAILED, timeout=90)
+        await double.wait_until(lambda: "could not be made" in handle.original.content, 15, "the failure notice")
+        (tmp_path / "clips").unlink()  # the disk has room again: the next turn goes through
+        await accepted(await double.slash("act", WAVE, user=ALICE))
+        rows = await wait_for_db(
+            settings, select(Job.status, Job.result_message_id).order_by(Job.id), lambda r: r[-1][1], timeout=90
+        )
+    assert [status for status, _ in rows] == [JobStatus.FAILED, JobStatus.DONE]
+
+
 # -- workers ---------------------------------------------------------------------------------------------
 
 

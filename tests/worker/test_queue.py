@@ -93,3 +93,24 @@ def test_a_broker_that_does_not_answer_is_reported_not_waited_for(tmp_path):
     settings = settings_for(worker_env(tmp_path, "redis://127.0.0.1:9/0"))
     with pytest.raises(BrokerUnavailable, match="does not answer"):
         check_broker(make_celery(settings), timeout=1.0)
+
+
+@pytest.mark.slow
+def test_a_worker_whose_model_cannot_load_stops_and_says_why(tmp_path):
+    env = worker_env(
+        tmp_path,
+        ANIMEGAMER_MODEL="animegamer",
+        ANIMEGAMER_CHECKPOINTS=str(tmp_path / "nowhere"),
+        ANIMEGAMER_DEVICE="cpu",
+        ANIMEGAMER_CHARACTERS='["Qiqi"]',
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "animegamer", "worker", "--loglevel", "INFO"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = done.stdout + done.stderr
+    assert "the model did not load, so this worker stops" in said
+    assert "nowhere" in said  # the missing folder is named

@@ -70,8 +70,14 @@ def save_toy_checkpoint(
     tmp.replace(path)
 
 
-def read_toy_checkpoint(path: Path) -> tuple[PipelineConfig, dict[str, dict[str, torch.Tensor]], dict[str, str]]:
-    """The config, each part's state dict and the metadata; every way the file can be wrong is named."""
+def read_toy_checkpoint(
+    path: Path, *, header_only: bool = False
+) -> tuple[PipelineConfig, dict[str, dict[str, torch.Tensor]], dict[str, str]]:
+    """The config, each part's state dict and the metadata; every way the file can be wrong is named.
+
+    ``header_only`` checks the file and its metadata without reading a tensor (the parts come back
+    empty): what a worker's parent process checks before its pool's child loads the weights.
+    """
     if not path.is_file():
         raise ToyCheckpointError(
             f"{path} is missing: expected the toy model `animegamer train all` writes (model.safetensors in its "
@@ -80,7 +86,8 @@ def read_toy_checkpoint(path: Path) -> tuple[PipelineConfig, dict[str, dict[str,
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
+            keys = list(handle.keys())
+            tensors = {} if header_only else {key: handle.get_tensor(key) for key in keys}
     except (SafetensorError, OSError, ValueError) as exc:
         raise ToyCheckpointError(f"{path} is not a readable safetensors file ({exc}); expected the toy model.") from exc
     if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
@@ -93,11 +100,12 @@ def read_toy_checkpoint(path: Path) -> tuple[PipelineConfig, dict[str, dict[str,
     except (KeyError, ValueError) as exc:
         raise ToyCheckpointError(f"{path} has no usable preset or scaling_factor in its metadata ({exc}).") from exc
     parts: dict[str, dict[str, torch.Tensor]] = {part: {} for part in PARTS}
-    for key, value in tensors.items():
+    for key in keys:
         part, _, name = key.partition(".")
         if part not in parts:
             raise ToyCheckpointError(f"{path} holds {key!r}; expected keys under {', '.join(PARTS)}.")
-        parts[part][name] = value
+        if not header_only:
+            parts[part][name] = tensors[key]
     return config, parts, metadata
 
 
