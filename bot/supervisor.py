@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from bot.background import Background
 from bot.notices import Notices
 from bot.queue import Look, QueueUnavailable
 from bot.turns import ETA_GUESS_SECONDS, progress_text
@@ -89,28 +90,19 @@ def error_id(job_id: int) -> str:
     return f"J{job_id}-{secrets.token_hex(2)}"
 
 
-class Supervisor:
+class Supervisor(Background):
+    name = "animegamer-supervisor"
+
     def __init__(self, bot: AnimeGamerBot) -> None:
         self.bot = bot
         self.limits = limits_from(bot.settings)
         self.notices = Notices(bot)
-        self._task: asyncio.Task[None] | None = None
         self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
         self._seconds_each = ETA_GUESS_SECONDS.get(bot.settings.model, 60.0)
         # The published model is one MLLM + decoder pair per character, each on its own queue: the
         # characters some live worker serves, as the workers announce them. Any name otherwise.
         self.served: list[str] | None = list(bot.settings.characters) if bot.settings.model == RELEASE_MODEL else None
         self._served_at = float("-inf")
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="animegamer-supervisor")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _run(self) -> None:
         poll = self.bot.settings.delivery_poll_seconds

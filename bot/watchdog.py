@@ -9,29 +9,21 @@ operators see it in the log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+
+from bot.background import Background
 
 log = logging.getLogger(__name__)
 
 WARN_SECONDS = 0.5  # a stall this long is logged: commands waited that long for nothing
 
 
-class LoopWatch:
+class LoopWatch(Background):
+    name = "animegamer-loop-watch"
+
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = interval
         self.longest = 0.0  # seconds: the longest stall seen since start (or the last reset)
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="animegamer-loop-watch")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     def reset(self) -> float:
         longest, self.longest = self.longest, 0.0
