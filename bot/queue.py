@@ -91,7 +91,7 @@ class TurnQueue:
             holders = self.control.holders(task_ids)
             looks = {}
             for task_id in task_ids:
-                meta = self.app.backend.get_task_meta(task_id)
+                meta = self.app.backend.get_task_meta(task_id, cache=False)  # a clip per result: never kept here
                 state, info = meta.get("status", states.PENDING), meta.get("result")
                 looks[task_id] = Look(seen_from(state, holders[task_id]), state, info)
             return looks
