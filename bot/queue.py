@@ -3,7 +3,7 @@
 Celery's client calls and the result store's are blocking, so each runs in a thread of this
 queue's own small pool (a broker that hangs fills it, not the default executor that file work
 and discord.py share), under a timeout. Any broker or store error becomes ``QueueUnavailable``,
-and for ``cooldown`` seconds after one the queue answers ``QueueUnavailable`` at once instead of
+and for ``timeout`` seconds after one the queue answers ``QueueUnavailable`` at once instead of
 waiting on a dead server again: commands say so in milliseconds and the supervisor retries
 later, while everything that needs no queue keeps working.
 """
@@ -61,10 +61,9 @@ def seen_from(state: str, holder: Holder) -> Seen:
 
 
 class TurnQueue:
-    def __init__(self, app: Celery, timeout: float, cooldown: float | None = None) -> None:
+    def __init__(self, app: Celery, timeout: float) -> None:
         self.app = app
         self.timeout = timeout
-        self.cooldown = timeout if cooldown is None else cooldown
         self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="animegamer-queue")
         self._down_until = 0.0
         self._control: JobControl | None = None
@@ -151,7 +150,7 @@ class TurnQueue:
         try:
             return await asyncio.wait_for(loop.run_in_executor(self._pool, fn), timeout=self.timeout * 3)
         except Exception as exc:  # kombu, redis and sqlalchemy each raise their own kinds
-            self._down_until = time.monotonic() + self.cooldown
+            self._down_until = time.monotonic() + self.timeout  # a cool-down as long as one wait
             raise QueueUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
     def close(self) -> None:
