@@ -5,6 +5,8 @@
   turn stuck in a GPU call looks like.
 - A turn whose instruction says "slowly" runs the real pipeline with each denoising step taking at least
   ``SLOW_STEP_SECONDS``, so a test has time to act while it runs (cancel it, kill its worker).
+- A turn whose instruction says "stranger" returns a real result made for another job id: a result that
+  does not fit the job it is delivered for.
 
 Every other turn runs the real pipeline untouched, so a test can also show that play carries on.
 """
@@ -38,6 +40,8 @@ def misbehave_on_request(self, request, on_progress=None):
             report(stage, step, total)
 
         return real_call(self, request, slow_report)
+    if "stranger" in request.instruction:
+        return real_call(self, request.model_copy(update={"job_id": "someone-else"}), on_progress)
     return real_call(self, request, on_progress)
 
 

@@ -72,3 +72,5 @@ async def test_every_command_answers_within_the_deadline_with_the_database_locke
     assert late == {}, f"answered after the deadline: {late}"
     assert slowest < double.interaction_deadline
     assert all(answer.get("content") or answer.get("embeds") or answer.get("components") for answer in answers)
+    busy = [c for (c, _), a in zip(ALL_COMMANDS, answers, strict=True) if "busy right now" in (a.get("content") or "")]
+    assert "act" in busy  # a write that outwaited the lock says so, in one sentence, after answering in time

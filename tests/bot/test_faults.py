@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from animegamer.settings import Settings
-from db.models import AuditLog, Job, JobStatus
+from db.models import AuditLog, Character, Job, JobStatus
 from tests.bot.conftest import running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, dead_queue, private_text, refusal, running_bot_on, shown
 from tests.discord_double import ATTACH_FILES, DEFAULT_PERMISSIONS, Channel, DiscordDouble, Guild, member
@@ -237,6 +237,24 @@ async def test_a_hung_turn_is_stopped_at_the_time_limit_and_the_player_told_in_o
     assert notice.startswith("This turn could not be made (error `J") and "TimeLimit" not in notice
     assert [status for (status,) in rows] == [JobStatus.FAILED, JobStatus.DONE]
     assert audit[0][0] == "turn failed" and "TimeLimitExceeded" in audit[0][1]
+
+
+async def test_a_result_that_does_not_fit_its_job_fails_that_turn_with_a_message(double, tmp_path):
+    worker = faulty_worker(tmp_path, "sqlite")
+    settings = settings_beside(worker, tmp_path)
+    try:
+        async with running_bot(double, settings, worker):
+            await start(double)
+            odd = await double.slash("act", {"motion": "greet a stranger", "background": "town"}, user=ALICE)
+            await accepted(odd)
+            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.FAILED, timeout=90)
+            await double.wait_until(lambda: "could not be made" in odd.original.content, 15, "the failure notice")
+            audit = await wait_for_db(settings, select(AuditLog.details), lambda rows: bool(rows))
+            ((stamina,),) = await wait_for_db(settings, select(Character.stamina), lambda rows: True)
+    finally:
+        worker.kill()
+    assert "someone-else" in audit[0][0] and stamina == 50  # logged for admins, and the character untouched
+    assert clip_posts(double) == []
 
 
 # -- cancel ----------------------------------------------------------------------------------------------
