@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     delivery_concurrency: int = Field(default=8, ge=1)  # clips posted at once (each story's in order)
     progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
     upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller
+    recap_cooldown_seconds: float = Field(default=300.0, ge=0)  # least time between two /story recap of one story
 
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()

@@ -1,41 +1,44 @@
-"""MP4 work the bot does itself: shrinking a clip to the server's upload limit and joining a story's clips.
+"""MP4 work the bot does itself: joining a story's clips and fitting a clip under the server's upload limit.
 
 The bot never imports the worker (which pulls in torch), so this is its own small PyAV code. Every function here is
 CPU-bound and blocking: call it through `asyncio.to_thread`. Output follows the worker's conventions, H.264 / yuv420p
 with the index at the front so Discord plays it inline, and encoding is deterministic so the same input gives the
 same bytes.
+
+Memory stays bounded whatever the story's length: files are read and written by path, packets are copied one at a
+time, and a re-encode holds one decoded frame plus x264's own lookahead, never a clip's (or a story's) frame list.
+A 100-turn recap at 480x720 once decoded into a list took about 880 MB; `benchmarks/recap_memory.py` measures it now.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain
-from typing import TypedDict
+from pathlib import Path
+from typing import Literal, TypedDict
 
 import av
 from av.video.frame import PictureType
+from av.video.stream import VideoStream
 
 logger = logging.getLogger(__name__)
 
 JOIN_CRF = 20  # the worker's quality: a recap should look like the clips it is made of
 PRESET = "medium"
-# Without these, x264's macroblock-tree rate control and threading gave different bytes run to run.
+# Without these, x264's macroblock-tree rate control and threading gave different bytes run to run. One thread also
+# bounds memory: x264's frame threads would each hold frames of their own.
 X264_PARAMS = "threads=1:lookahead-threads=1:mbtree=0"
-# (scale, CRF) tried in order: a higher CRF first, since it keeps the size players expect; then smaller frames.
-SHRINK_STEPS: tuple[tuple[float, int], ...] = (
-    (1.0, 28),
-    (1.0, 34),
-    (1.0, 40),
-    (0.75, 40),
-    (0.5, 40),
-    (0.25, 51),
-)
+FIT_TRIES = 2  # a re-encode at the bitrate the limit allows, then one more aimed lower by how far the first missed
+FIT_HEADROOM = 0.92  # of the limit the video may take: x264's average bitrate overshoots a little on short clips
+MP4_OVERHEAD_BYTES = 2048 + 16  # the moov header, plus per frame (below) its sample table entries
+MP4_BYTES_PER_FRAME = 16
+MIN_BITS_PER_PIXEL = 0.05  # below this per frame, smaller frames look better than blockier ones
+MIN_SCALE = 0.25
 
 
 class ClipInfo(TypedDict):
@@ -65,48 +68,62 @@ class ClipTooLarge(Exception):
 
 
 @dataclass(frozen=True)
-class _Clip:
-    frames: list[av.VideoFrame]  # decoded frames, kept as the decoder gave them (no RGB round trip)
-    fps: Fraction
+class _Layout:
+    """What two clips must share for their packets to be copied into one file without decoding."""
+
+    codec: str
     width: int
     height: int
+    pix_fmt: str
+    extradata: bytes  # H.264's SPS/PPS: same encoder settings give the same bytes
+    time_base: Fraction
+    rate: Fraction
 
 
-def probe(mp4: bytes) -> ClipInfo:
-    """Codec, pixel format, frame count, size and frame rate of the first video stream, without ffprobe."""
-    with av.open(io.BytesIO(mp4), mode="r") as container:
-        if not container.streams.video:
-            raise ValueError("the MP4 holds no video stream")
-        stream = container.streams.video[0]
+def _video(container: av.container.InputContainer) -> VideoStream:
+    if not container.streams.video:
+        raise ValueError("the MP4 holds no video stream")
+    return container.streams.video[0]
+
+
+def _rate(stream: VideoStream) -> Fraction:
+    return Fraction(stream.average_rate or stream.guessed_rate or 8)  # a guess only for a rateless stream
+
+
+def _layout(path: Path) -> _Layout:
+    with av.open(str(path), mode="r") as container:
+        stream = _video(container)
         ctx = stream.codec_context
-        rate = stream.average_rate or stream.guessed_rate
-        num_frames = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-        return ClipInfo(
+        return _Layout(
             codec=ctx.name,
-            pix_fmt=str(ctx.pix_fmt),
-            frames=int(num_frames),
             width=int(ctx.width),
             height=int(ctx.height),
-            fps=float(rate) if rate else 0.0,
+            pix_fmt=str(ctx.pix_fmt),
+            extradata=bytes(ctx.extradata or b""),
+            time_base=Fraction(stream.time_base or 0),
+            rate=_rate(stream),
         )
 
 
-def _decode(mp4: bytes) -> _Clip:
-    with av.open(io.BytesIO(mp4), mode="r") as container:
-        if not container.streams.video:
-            raise ValueError("the MP4 holds no video stream")
-        stream = container.streams.video[0]
-        rate = stream.average_rate or stream.guessed_rate or Fraction(8)  # a guess only for a rateless stream
-        frames = list(container.decode(stream))
-    if not frames:
-        raise ValueError("the MP4 holds no video frames")
-    return _Clip(frames=frames, fps=Fraction(rate), width=frames[0].width, height=frames[0].height)
+def _probe(container: av.container.InputContainer) -> ClipInfo:
+    stream = _video(container)
+    ctx = stream.codec_context
+    num_frames = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
+    return ClipInfo(
+        codec=ctx.name,
+        pix_fmt=str(ctx.pix_fmt),
+        frames=int(num_frames),
+        width=int(ctx.width),
+        height=int(ctx.height),
+        fps=float(_rate(stream)),
+    )
 
 
-def _frames(clips: Iterable[bytes]) -> Iterator[av.VideoFrame]:
-    """Every frame of every clip, one clip in memory at a time: a long story's recap would not fit otherwise."""
-    for mp4 in clips:
-        yield from _decode(mp4).frames
+def probe(mp4: bytes | Path) -> ClipInfo:
+    """Codec, pixel format, frame count, size and frame rate of the first video stream, without ffprobe."""
+    source = str(mp4) if isinstance(mp4, Path) else io.BytesIO(mp4)
+    with av.open(source, mode="r") as container:
+        return _probe(container)
 
 
 def _even(value: float) -> int:
@@ -114,61 +131,159 @@ def _even(value: float) -> int:
     return max(2, round(value / 2) * 2)
 
 
-def _encode(frames: Iterable[av.VideoFrame], fps: Fraction, width: int, height: int, crf: int) -> bytes:
-    """H.264 / yuv420p / faststart at `width` x `height`, each frame scaled to it when its size differs."""
-    # faststart rewrites the file by name after the last packet, which a BytesIO cannot do.
-    with tempfile.TemporaryDirectory(prefix="animegamer-bot-mp4-") as tmp:
-        path = os.path.join(tmp, "clip.mp4")
-        with av.open(path, mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
-            stream = container.add_stream("libx264", rate=fps)
-            stream.width = width
-            stream.height = height
-            stream.pix_fmt = "yuv420p"
-            stream.time_base = 1 / fps
-            stream.codec_context.thread_count = 1  # output independent of the machine's core count
-            stream.options = {"crf": str(crf), "preset": PRESET, "x264-params": X264_PARAMS}
-            for index, decoded in enumerate(frames):
-                frame = decoded.reformat(width=width, height=height, format="yuv420p")
-                frame.pict_type = PictureType.NONE  # let x264 choose frame types, not the source's decoder
-                frame.pts = index
-                frame.time_base = 1 / fps
-                for packet in stream.encode(frame):
+def _decoded(paths: Sequence[Path]) -> Iterator[av.VideoFrame]:
+    """Every frame of every clip in order, decoded one at a time as the encoder asks for it."""
+    for path in paths:
+        with av.open(str(path), mode="r") as container:
+            stream = _video(container)
+            stream.thread_type = "SLICE"  # frame threads would hold several decoded frames each
+            yield from container.decode(stream)
+
+
+def _encode(
+    frames: Iterator[av.VideoFrame],
+    out: Path,
+    fps: Fraction,
+    width: int,
+    height: int,
+    rate: dict[str, str],
+    bit_rate: int | None = None,
+) -> int:
+    """H.264 / yuv420p / faststart at `width` x `height` into `out`; returns the frames written.
+
+    `rate` is x264's rate control: a CRF, or with `bit_rate` (bits per second) a VBV cap.
+
+    Each frame is scaled to the output size when it differs and encoded as it arrives, so memory does not grow with
+    the number of frames.
+    """
+    written = 0
+    with av.open(str(out), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width = width
+        stream.height = height
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = 1 / fps
+        stream.codec_context.thread_count = 1  # output independent of the machine's core count
+        if bit_rate is not None:
+            stream.bit_rate = bit_rate
+        stream.options = {"preset": PRESET, "x264-params": X264_PARAMS, **rate}
+        for decoded in frames:
+            frame = decoded.reformat(width=width, height=height, format="yuv420p")
+            frame.pict_type = PictureType.NONE  # let x264 choose frame types, not the source's decoder
+            frame.pts = written
+            frame.time_base = 1 / fps
+            container.mux(stream.encode(frame))
+            written += 1
+        container.mux(stream.encode())  # flush the frames x264 still holds
+    if not written:
+        raise ValueError("the MP4 holds no video frames")
+    return written
+
+
+def _copy(paths: Sequence[Path], out: Path) -> None:
+    """Remux every clip's packets into one file, each clip's timestamps moved to start where the last one ended."""
+    with av.open(str(out), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
+        target: VideoStream | None = None
+        next_start = 0  # in the clips' shared time base: where the next clip's first frame is shown
+        last_dts: int | None = None
+        for path in paths:
+            with av.open(str(path), mode="r") as source:
+                stream = _video(source)
+                if target is None:
+                    target = container.add_stream_from_template(stream)
+                frame_ticks = max(1, round(1 / (_rate(stream) * stream.time_base)))
+                packets = (packet for packet in source.demux(stream) if packet.dts is not None)
+                first = next(packets, None)
+                if first is None:
+                    continue
+                assert first.pts is not None and first.dts is not None, "a demuxed packet has timestamps"
+                start = stream.start_time if stream.start_time is not None else first.pts
+                # Shown right after the last clip, and decoded after it too (B-frames put dts before pts).
+                shift = next_start - start
+                if last_dts is not None:
+                    shift = max(shift, last_dts + 1 - first.dts)
+                for packet in chain([first], packets):
+                    assert packet.pts is not None and packet.dts is not None
+                    packet.pts += shift
+                    packet.dts += shift
+                    next_start = max(next_start, packet.pts + (packet.duration or frame_ticks))
+                    last_dts = packet.dts
+                    packet.stream = target
                     container.mux(packet)
-            for packet in stream.encode():  # flush the frames x264 still holds
-                container.mux(packet)
-        with open(path, "rb") as f:
-            return f.read()
+        if target is None:
+            raise ValueError("the MP4 holds no video frames")
+
+
+def join_files(paths: Sequence[Path], out: Path) -> Literal["copy", "encode"]:
+    """One MP4 of every clip in order, written to `out`; says how it was made.
+
+    Clips from one worker configuration share their encoding, and their packets are copied as they are: no decode,
+    no quality lost, seconds for a long story. Otherwise every frame is re-encoded at the first clip's size and frame
+    rate, one frame at a time.
+    """
+    if not paths:
+        raise ValueError("join_files needs at least one clip")
+    layouts = [_layout(path) for path in paths]
+    first = layouts[0]
+    if first.codec == "h264" and first.pix_fmt == "yuv420p" and all(layout == first for layout in layouts):
+        _copy(paths, out)
+        return "copy"
+    width, height = _even(first.width), _even(first.height)
+    _encode(_decoded(paths), out, first.rate, width, height, {"crf": str(JOIN_CRF)})
+    return "encode"
+
+
+def _fit_size(bitrate: float, width: int, height: int, fps: Fraction) -> tuple[int, int]:
+    """Frames as large as the bitrate can fill: below MIN_BITS_PER_PIXEL a smaller picture looks better."""
+    bits_per_pixel = bitrate / (width * height * float(fps))
+    scale = min(1.0, max(MIN_SCALE, (bits_per_pixel / MIN_BITS_PER_PIXEL) ** 0.5))
+    return _even(width * scale), _even(height * scale)
+
+
+def fit_file(src: Path, limit_bytes: int, out: Path) -> Path:
+    """`src` itself if it fits the upload limit, else a re-encode into `out` that does.
+
+    The bitrate comes from the clip's duration and the limit; a re-encode that still misses is tried once more at a
+    bitrate lowered by how far it missed. Frame rate and frame count are kept, so a shrunk clip plays as long as the
+    original. Raises ClipTooLarge when neither try fits: a clip is never dropped silently.
+    """
+    if limit_bytes < 1:
+        raise ValueError(f"limit_bytes must be positive, got {limit_bytes}")
+    size = src.stat().st_size
+    if size <= limit_bytes:
+        return src
+    with av.open(str(src), mode="r") as container:
+        info = _probe(container)
+    fps = Fraction(info["fps"]).limit_denominator(1001)
+    seconds = info["frames"] / float(fps)
+    budget = limit_bytes - MP4_OVERHEAD_BYTES - MP4_BYTES_PER_FRAME * info["frames"]
+    bitrate = max(1000.0, budget * 8 * FIT_HEADROOM / seconds)
+    smallest = size
+    for attempt in range(1, FIT_TRIES + 1):
+        width, height = _fit_size(bitrate, info["width"], info["height"], fps)
+        # A VBV cap keeps x264's average from drifting far above the target on a short clip.
+        vbv = {"maxrate": str(int(bitrate * 1.5)), "bufsize": str(int(bitrate * 2))}
+        _encode(_decoded([src]), out, fps, width, height, vbv, bit_rate=int(bitrate))
+        got = out.stat().st_size
+        smallest = min(smallest, got)
+        logger.info(
+            "re-encode %d of %d: %d bytes at %d bit/s, %dx%d, for a %d-byte limit (was %d bytes)",
+            attempt, FIT_TRIES, got, int(bitrate), width, height, limit_bytes, size,
+        )  # fmt: skip
+        if got <= limit_bytes:
+            return out
+        bitrate = max(1000.0, bitrate * limit_bytes / got * FIT_HEADROOM)
+    raise ClipTooLarge(size, smallest, limit_bytes)
 
 
 def fit_to_size(mp4: bytes, limit_bytes: int) -> bytes:
-    """The clip itself if it fits the upload limit, else the first smaller re-encode that does.
-
-    Frame rate and frame count are kept, so a shrunk clip plays as long as the original. Raises ClipTooLarge when
-    even the last step of SHRINK_STEPS is over the limit: a clip is never dropped silently.
-    """
+    """The clip itself if it fits the upload limit, else its re-encode that does (see `fit_file`)."""
     if limit_bytes < 1:
         raise ValueError(f"limit_bytes must be positive, got {limit_bytes}")
     if len(mp4) <= limit_bytes:
         return mp4
-    clip = _decode(mp4)
-    smallest = len(mp4)
-    for scale, crf in SHRINK_STEPS:
-        width, height = _even(clip.width * scale), _even(clip.height * scale)
-        candidate = _encode(clip.frames, clip.fps, width, height, crf)
-        smallest = min(smallest, len(candidate))
-        if len(candidate) <= limit_bytes:
-            logger.info(
-                "shrank a clip from %d to %d bytes (%dx%d, CRF %d) to fit %d bytes",
-                len(mp4), len(candidate), width, height, crf, limit_bytes,
-            )  # fmt: skip
-            return candidate
-    raise ClipTooLarge(len(mp4), smallest, limit_bytes)
-
-
-def join_clips(clips: list[bytes]) -> bytes:
-    """One MP4 of every clip in order, for a story's recap; every frame takes the first clip's size and frame rate."""
-    if not clips:
-        raise ValueError("join_clips needs at least one clip")
-    first = _decode(clips[0])
-    frames = chain(first.frames, _frames(clips[1:]))
-    return _encode(frames, first.fps, _even(first.width), _even(first.height), JOIN_CRF)
+    # faststart rewrites the file by name after the last packet, which a BytesIO cannot do.
+    with tempfile.TemporaryDirectory(prefix="animegamer-bot-mp4-") as tmp:
+        src = Path(tmp, "clip.mp4")
+        src.write_bytes(mp4)
+        return fit_file(src, limit_bytes, Path(tmp, "fitted.mp4")).read_bytes()

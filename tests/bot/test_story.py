@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import io
+import re
+import time
+from pathlib import Path
+
+import av
 import pytest
 from sqlalchemy import select, update
 
+from bot.watchdog import WARN_SECONDS
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import history_turn
-from db.models import Character, GuildSettings, Job, Story, Turn
+from db.models import Character, GuildSettings, Job, Story, StoryStatus, Turn
 from game.contract import TurnRequest
+from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import read_db, running_bot, wait_for_db
 from tests.bot.helpers import accepted, private_text, shown
 from tests.discord_double import member
@@ -30,6 +38,42 @@ async def begin_story(double, order: str = "free") -> None:
     for player, name in zip(PLAYERS, NAMES, strict=True):
         await (await double.slash("start", {"character": name}, user=player)).answer()
         await (await double.slash("story join", user=player)).answer()
+
+
+async def add_finished_turns(settings, clips: list[Path], first_seq: int = 1) -> None:
+    """Story turns as the delivery loop leaves them once posted, with these clips.
+
+    The worker's tiny model makes 64x96 clips; these are 720x480, the published size, without a GPU.
+    """
+    engine = make_engine(settings.database_url)
+    async with make_sessionmaker(engine)() as session, session.begin():
+        story_id = (await session.execute(select(Story.id).where(Story.status == StoryStatus.ACTIVE))).scalar_one()
+        characters = list((await session.execute(select(Character.id).order_by(Character.id))).scalars())
+        for seq, clip in enumerate(clips, start=first_seq):
+            state = {"stamina_after": 50, "social_after": 50, "entertainment_after": 50}
+            session.add(
+                Turn(
+                    character_id=characters[seq % len(characters)],
+                    story_id=story_id,
+                    seq=seq,
+                    instruction=f"Character: Qiqi; Motion: step {seq}; Background: town.",
+                    seed=seq,
+                    model="tiny",
+                    clip_path=str(clip),
+                    **state,
+                )
+            )
+    await engine.dispose()
+
+
+def recap_clip(followup) -> bytes:
+    (clip,) = [f for f in followup.files if f.filename.endswith(".mp4")]
+    return clip.data
+
+
+def decoded_frames(mp4: bytes) -> int:
+    with av.open(io.BytesIO(mp4)) as container:
+        return sum(1 for _ in container.decode(video=0))
 
 
 async def story_turn(double, settings, player, motion, background, done: int) -> None:
@@ -100,6 +144,81 @@ async def test_recap_posts_the_story_as_one_clip_and_a_link_free_summary(double,
         assert sum(1 for _ in container.decode(video=0)) == 34  # two 17-frame turns
     text = followup.json["content"]
     assert "gently fly on broomstick" in text and "quickly run" in text and "http" not in text
+
+
+async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encoding_again(
+    double, bot_settings, sqlite_worker, tmp_path
+):
+    settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 0})
+    clips = story_clips(tmp_path / "made", turns=4)
+    recaps = settings.data_dir / "recaps"
+    async with running_bot(double, settings, sqlite_worker):
+        await begin_story(double)
+        await add_finished_turns(settings, clips[:3])
+        (first,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+        (kept,) = recaps.iterdir()
+        made = kept.stat()
+        (again,) = await (await double.slash("story recap", user=PLAYERS[1])).followups(timeout=60)
+        reused = kept.stat()
+        await add_finished_turns(settings, clips[3:], first_seq=4)
+        (later,) = await (await double.slash("story recap", user=PLAYERS[0])).followups(timeout=60)
+    assert recap_clip(again) == recap_clip(first)
+    assert (reused.st_ino, reused.st_mtime_ns) == (made.st_ino, made.st_mtime_ns)  # not made again
+    assert decoded_frames(recap_clip(later)) == 4 * FRAMES
+    assert [path.name for path in recaps.iterdir()] != [kept.name]  # the outdated recap is gone
+    assert len(list(recaps.iterdir())) == 1
+
+
+async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(
+    double, bot_settings, sqlite_worker, tmp_path
+):
+    settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 600})
+    async with running_bot(double, settings, sqlite_worker):
+        await begin_story(double)
+        await add_finished_turns(settings, story_clips(tmp_path / "made", turns=2))
+        asked = time.time()
+        await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+        text = private_text(await (await double.slash("story recap", user=PLAYERS[1])).answer())
+    (when,) = re.findall(r"<t:(\d+):R>", text)
+    assert "ask again" in text and "\n" not in text
+    assert asked + 590 < int(when) <= time.time() + 602
+
+
+async def test_other_commands_answer_while_a_recap_is_being_made(double, bot_settings, sqlite_worker, tmp_path):
+    clips = story_clips(tmp_path / "made", turns=12)
+    limit = sum(path.stat().st_size for path in clips) // 3  # so the joined clip is re-encoded, for seconds
+    settings = bot_settings.model_copy(update={"upload_limit_bytes": limit})
+    async with running_bot(double, settings, sqlite_worker) as bot:
+        await begin_story(double)
+        await add_finished_turns(settings, clips)
+        bot.loop_watch.reset()
+        recap = await double.slash("story recap", user=PLAYERS[2])
+        assert (await recap.response()).json["type"] == 5  # deferred: the clip is being made
+        meanwhile = private_text(await (await double.slash("story recap", user=PLAYERS[1])).answer())
+        choices = await (await double.autocomplete("start", "character", "qi", user=PLAYERS[0])).choices()
+        posted_meanwhile = double.calls_to("POST", rf"/webhooks/\d+/{re.escape(recap.token)}.*")
+        (followup,) = await recap.followups(timeout=120)
+        stall = bot.loop_watch.longest
+    assert "being made" in meanwhile
+    assert [c["value"] for c in choices] == ["Qiqi"]
+    assert posted_meanwhile == []  # both answers came while the recap was still being encoded
+    assert len(recap_clip(followup)) <= limit
+    assert decoded_frames(recap_clip(followup)) == 12 * FRAMES
+    assert stall < WARN_SECONDS  # the encode ran off the event loop
+
+
+async def test_a_recap_too_large_to_attach_still_posts_the_summary_and_says_why(
+    double, bot_settings, sqlite_worker, tmp_path
+):
+    settings = bot_settings.model_copy(update={"upload_limit_bytes": 1000})
+    async with running_bot(double, settings, sqlite_worker):
+        await begin_story(double)
+        await add_finished_turns(settings, story_clips(tmp_path / "made", turns=2))
+        (followup,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+    text = followup.json["content"]
+    assert "step 1" in text and "step 2" in text
+    assert "too large to attach" in text
+    assert not followup.files
 
 
 async def test_end_archives_the_story_and_frees_the_channel(double, bot_settings, sqlite_worker):

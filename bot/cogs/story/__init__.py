@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import av
 import discord
 from discord import app_commands
 from discord.ext import commands
 from sqlalchemy.exc import IntegrityError
 
-from bot.clips import ClipTooLarge, fit_to_size, join_clips
+from bot.clips import ClipTooLarge
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
+from bot.recaps import forget, recap_file
 from bot.turns import TurnInput, check_may_play, submit_turn
-from db.models import JobKind, Story, TurnOrder
+from db.models import JobKind, Story, Turn, TurnOrder
 from db.queries import (
     active_character,
     active_story,
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 class Stories(commands.GroupCog, group_name="story", group_description="Shared story channels"):
     def __init__(self, bot: AnimeGamerBot) -> None:
         self.bot = bot
+        self._recapped: dict[int, float] = {}  # story id -> time.time() its last recap was asked for
+        self._recapping: set[int] = set()  # stories whose recap is being made right now
 
     async def _story(self, interaction: discord.Interaction) -> Story:
         async with self.bot.sessions() as session:
@@ -113,30 +117,66 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         typed = TurnInput(instruction=instruction, motion=motion, background=background, time=time)
         await submit_turn(self.bot, interaction, typed, story=story, kind=JobKind.STORY)
 
+    @property
+    def _recaps(self) -> Path:
+        return self.bot.settings.data_dir / "recaps"
+
+    def _check_recap_allowed(self, story_id: int) -> None:
+        """One recap per story per cooldown: a long story's first recap is a minute of CPU."""
+        if story_id in self._recapping:
+            raise Refusal("This story's recap is being made; it will appear here shortly.")
+        now = time.time()
+        cooldown = self.bot.settings.recap_cooldown_seconds
+        for done in [s for s, at in self._recapped.items() if now - at >= cooldown]:
+            del self._recapped[done]
+        if story_id in self._recapped:
+            again = int(self._recapped[story_id] + cooldown) + 1
+            raise Refusal(f"This story had a recap just now; ask again <t:{again}:R>.")
+
     @app_commands.command(name="recap", description="The story so far: one clip and a summary")
     async def recap(self, interaction: discord.Interaction) -> None:
         story = await self._story(interaction)
-        async with self.bot.sessions() as session:
-            turns = await story_turns(session, story.id)
-        if not turns:
-            raise Refusal("Nothing has happened in this story yet.")
-        await interaction.response.defer(thinking=True)
+        self._check_recap_allowed(story.id)
+        self._recapping.add(story.id)  # no await since the check: a recap asked for from now on is refused
+        try:
+            async with self.bot.sessions() as session:
+                turns = await story_turns(session, story.id)
+            if not turns:
+                raise Refusal("Nothing has happened in this story yet.")
+            await interaction.response.defer(thinking=True)
+            self._recapped[story.id] = time.time()
+            files, note = await self._recap_clip(story.id, turns, interaction.filesize_limit)
+        finally:
+            self._recapping.discard(story.id)
         summary = "\n".join(
             f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)} ({discord.utils.escape_markdown(name)})"
             for turn, name in turns
         )
-        paths = [turn.clip_path for turn, _ in turns if turn.clip_path and Path(turn.clip_path).exists()]
-        limit = interaction.filesize_limit - 64 * 1024
-        try:
-            clip = await asyncio.to_thread(
-                lambda: fit_to_size(join_clips([Path(p).read_bytes() for p in paths]), limit)
-            )
-            files = [discord.File(io.BytesIO(clip), f"story_{story.id}.mp4")]
-        except (ValueError, ClipTooLarge) as exc:
-            log.warning("story %s recap without a clip: %s", story.id, exc)
-            files = []
         header = f"📖 **{discord.utils.escape_markdown(story.title)}** so far ({len(turns)} turns):\n"
-        await fill(interaction, (header + summary)[:2000], files=files)
+        await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
+
+    async def _recap_clip(
+        self, story_id: int, turns: list[tuple[Turn, str]], server_limit: int
+    ) -> tuple[list[discord.File], str]:
+        """The recap clip to attach (none when it cannot be) and a note saying why there is none."""
+        clips = [(turn.id, Path(turn.clip_path)) for turn, _ in turns if turn.clip_path]
+        clips = [(turn_id, path) for turn_id, path in clips if path.is_file()]
+        limit = server_limit - 64 * 1024  # room for the message itself
+        if self.bot.settings.upload_limit_bytes:
+            limit = min(limit, self.bot.settings.upload_limit_bytes)
+        if not clips:
+            return [], "\n(No clips are left to join.)"
+        try:
+            # Joining and encoding block for up to a minute: off the event loop, so every other command still runs.
+            path, made = await asyncio.to_thread(recap_file, self._recaps, story_id, clips, limit)
+        except ClipTooLarge as exc:
+            log.warning("story %s recap without a clip: %s", story_id, exc)
+            return [], "\n(The recap clip is too large to attach, even re-encoded.)"
+        except (OSError, ValueError, av.FFmpegError) as exc:  # a clip file unreadable or not a video
+            log.warning("story %s recap without a clip: %s", story_id, exc)
+            return [], "\n(The recap clip could not be made.)"
+        log.info("story %s recap: %s", story_id, "made" if made else "reused")
+        return [discord.File(path, f"story_{story_id}.mp4")], ""
 
     @app_commands.command(name="end", description="Archive this channel's story")
     async def end(self, interaction: discord.Interaction) -> None:
@@ -146,6 +186,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await defer_publicly(interaction)
         async with self.bot.sessions() as session, session.begin():
             await end_story(session, story)
+        await asyncio.to_thread(forget, self._recaps, story.id)
         await fill(
             interaction,
             f"📕 **{discord.utils.escape_markdown(story.title)}** is archived; /story start begins a new one here.",

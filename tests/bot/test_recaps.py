@@ -1,0 +1,124 @@
+"""A story's recap file: made once per version of the story, in bounded memory, and cleaned up."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import pytest
+
+from bot.clips import ClipTooLarge
+from bot.recaps import forget, recap_file
+from tests.bot.clip_samples import FRAMES, story_clips
+
+ROOT = Path(__file__).resolve().parents[2]
+PEAK_LIMIT_BYTES = 300 * 1024 * 1024
+SERVER_LIMIT = 10 * 1024 * 1024 - 64 * 1024  # a server without boosts, less the bot's room for the message
+
+# Run in a process of its own so its peak memory is the recap's alone: the kernel's high-water mark (VmHWM).
+RECAP_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from bot.recaps import recap_file
+folder, turns, limit = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+clips = [(turn, folder / f"job_{turn}.mp4") for turn in range(1, turns + 1)]
+path, _ = recap_file(folder / "recaps", 1, clips, limit)
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+print(path, int(status["VmHWM"].split()[0]) * 1024)
+"""
+
+
+def _turns(paths: list[Path]) -> list[tuple[int, Path]]:
+    return [(turn, path) for turn, path in enumerate(paths, start=1)]
+
+
+def _re_encodes(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(record.getMessage().startswith("re-encode") for record in caplog.records)
+
+
+def _encodes(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("recap of" in record.getMessage() for record in caplog.records)
+
+
+@pytest.fixture
+def clips(tmp_path: Path) -> list[Path]:
+    return story_clips(tmp_path / "clips", turns=4)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    return tmp_path / "recaps"
+
+
+def test_a_second_recap_of_the_same_turns_reuses_the_file_without_encoding(
+    clips: list[Path], folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.recaps")
+    first, made = recap_file(folder, 7, _turns(clips), SERVER_LIMIT)
+    before = first.stat()
+    again, made_again = recap_file(folder, 7, _turns(clips), SERVER_LIMIT)
+    after = again.stat()
+    assert (made, made_again) == (True, False)
+    assert again == first
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert _encodes(caplog) == 1
+
+
+def test_a_new_turn_makes_a_new_file_and_deletes_the_old_one(clips: list[Path], folder: Path) -> None:
+    old, _ = recap_file(folder, 7, _turns(clips[:3]), SERVER_LIMIT)
+    new, made = recap_file(folder, 7, _turns(clips), SERVER_LIMIT)
+    assert made and new != old
+    assert sorted(folder.iterdir()) == [new]
+    with av.open(str(new)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 4 * FRAMES
+
+
+def test_a_removed_turn_makes_a_new_file_even_when_the_last_turn_is_the_same(clips: list[Path], folder: Path) -> None:
+    whole, _ = recap_file(folder, 7, _turns(clips), SERVER_LIMIT)
+    purged, made = recap_file(folder, 7, [turn for turn in _turns(clips) if turn[0] != 2], SERVER_LIMIT)
+    assert made and purged != whole and not whole.exists()
+
+
+def test_a_recap_too_large_even_re_encoded_is_remembered_not_encoded_again(
+    clips: list[Path], folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.clips")
+    with pytest.raises(ClipTooLarge) as first:
+        recap_file(folder, 7, _turns(clips[:2]), 1000)
+    tries = _re_encodes(caplog)
+    with pytest.raises(ClipTooLarge) as again:
+        recap_file(folder, 7, _turns(clips[:2]), 1000)
+    assert tries == 2 and _re_encodes(caplog) == tries
+    assert str(again.value) == str(first.value)
+
+
+def test_forgetting_a_story_deletes_its_files_and_no_other_storys(clips: list[Path], folder: Path) -> None:
+    recap_file(folder, 1, _turns(clips[:1]), SERVER_LIMIT)
+    (kept, _) = recap_file(folder, 12, _turns(clips[:1]), SERVER_LIMIT)
+    forget(folder, 1)
+    assert sorted(folder.iterdir()) == [kept]
+
+
+@pytest.mark.slow  # one re-encode of 1,700 frames at 720x480: about 40 s on one core
+def test_a_100_turn_recap_over_the_limit_is_made_in_under_300_mb_with_every_frame(tmp_path: Path) -> None:
+    story_clips(tmp_path, turns=100)
+    joined_bytes = sum(path.stat().st_size for path in tmp_path.glob("job_*.mp4"))
+    assert joined_bytes > SERVER_LIMIT  # so the recap is re-encoded, the step that once held every frame
+    run = subprocess.run(
+        [sys.executable, "-c", RECAP_IN_A_PROCESS, str(tmp_path), "100", str(SERVER_LIMIT)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path, peak = run.stdout.split()
+    with av.open(path) as container:
+        frames = sum(1 for _ in container.decode(video=0))
+    assert int(peak) < PEAK_LIMIT_BYTES
+    assert Path(path).stat().st_size <= SERVER_LIMIT
+    assert frames == 100 * FRAMES
