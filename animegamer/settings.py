@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller
     recap_cooldown_seconds: float = Field(default=300.0, ge=0)  # least time between two /story recap of one story
 
+    # Watching it: Prometheus /metrics endpoints (README, "Watching it"); 0 = off.
+    metrics_port: int = Field(default=0, ge=0, le=65535)  # the bot's
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)  # a worker's; one port per worker on a machine
+    metrics_address: str = "0.0.0.0"  # where both listen
+
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()
         self.database_url = self.database_url or f"sqlite+aiosqlite:///{data}/animegamer.db"

@@ -7,7 +7,9 @@ again after reconnects. The bot never imports torch: turns go to the workers by 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 import discord
 import yarl
@@ -19,6 +21,7 @@ from animegamer.settings import Settings
 from bot.buttons import TurnButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
+from bot.metrics import BotMetrics
 from bot.queue import TurnQueue
 from bot.supervisor import Supervisor
 from bot.sync import sync_if_changed
@@ -45,12 +48,14 @@ class AnimeGamerBot(commands.AutoShardedBot):
     sessions: async_sessionmaker[AsyncSession]
 
     def __init__(self, settings: Settings, celery_app: Celery | None = None) -> None:
+        self.metrics = BotMetrics()
         super().__init__(
             command_prefix=commands.when_mentioned,
             intents=discord.Intents.default(),
             shard_count=settings.shard_count,
             # Nothing the bot echoes pings anyone unless a message asks for it explicitly.
             allowed_mentions=discord.AllowedMentions.none(),
+            http_trace=self.metrics.http_trace(),  # times each interaction's first answer
         )
         if celery_app is None:
             from worker.celery_app import app as celery_app
@@ -62,6 +67,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     async def setup_hook(self) -> None:
+        self.metrics.serve(self.settings.metrics_port, self.settings.metrics_address)
         self.loop_watch.start()
         await upgrade_async(self.settings.database_url)
         self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)
@@ -73,6 +79,12 @@ class AnimeGamerBot(commands.AutoShardedBot):
         await sync_if_changed(self)
         await self.supervisor.refresh_served()  # before the first command: which characters workers play
         self.supervisor.start()
+
+    def dispatch(self, event_name: str, /, *args: Any, **kwargs: Any) -> None:
+        # Called as the gateway hands an interaction over, before any handler of it can run.
+        if event_name == "interaction":
+            self.metrics.received(args[0])
+        super().dispatch(event_name, *args, **kwargs)
 
     async def on_ready(self) -> None:
         log.info("ready as %s in %d guilds (%d shards)", self.user, len(self.guilds), self.shard_count or 1)
@@ -89,3 +101,4 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.queue.close()
         if hasattr(self, "engine"):
             await self.engine.dispose()
+        await asyncio.to_thread(self.metrics.close)  # waits out the server's poll

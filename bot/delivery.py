@@ -135,6 +135,7 @@ class Delivery:
             return
         delay = backoff_seconds(failures)
         self._retry_at[job.id] = time.monotonic() + delay
+        self.bot.metrics.delivery_retries.inc()
         log.warning("job %s: post failed (%r); attempt %d again in %.1fs", job.id, exc, failures + 1, delay)
 
     async def give_up(self, job: JobInfo, why: str) -> None:
@@ -148,6 +149,7 @@ class Delivery:
         async with self.bot.sessions() as session, session.begin():
             await set_job_messages(session, job.id, result_message_id=UNDELIVERABLE)
         self._retry_at.pop(job.id, None)
+        self.bot.metrics.undeliverable.inc()
 
     async def post(self, job: JobInfo) -> None:
         """Post a finished turn as a reply to its progress message; exactly once per job."""
@@ -198,6 +200,7 @@ class Delivery:
         )
         async with self.bot.sessions() as session, session.begin():
             await set_job_messages(session, job.id, result_message_id=message.id)
+        log.info("job %s posted as message %s", job.id, message.id)
         notices = self.bot.supervisor.notices
         await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
         notices.forget(job.id)

@@ -129,6 +129,7 @@ class Supervisor(Background):
         seen_at = time.monotonic()
         async with self.bot.sessions() as session:
             in_flight = await jobs_in_flight(session)
+        self.bot.metrics.queue_depth(self.bot.settings, in_flight)
         looks = await self._look([job for job in in_flight if job.sent_at is not None])
         unclaimed = looks is not None and any(look.seen is Seen.NOTHING for look in looks.values())
         broker_started = await self._broker_started() if unclaimed else None
@@ -167,6 +168,7 @@ class Supervisor(Background):
             return False
         async with self.bot.sessions() as session, session.begin():
             await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
+        log.info("job %s sent to %s", job.id, queue)
         return True
 
     async def send_now(self, job_id: int) -> bool:
@@ -268,7 +270,8 @@ class Supervisor(Background):
             return
         async with self.bot.sessions() as session, session.begin():
             if event is Event.STARTED:
-                await mark_started(session, job.id, deadline_after(event, now, self.limits))
+                if await mark_started(session, job.id, deadline_after(event, now, self.limits)):
+                    log.info("job %s started", job.id)
             elif event is Event.BEAT:
                 await beat(session, job.id, deadline_after(event, now, self.limits))
             elif event is Event.REQUEUED:
@@ -277,6 +280,7 @@ class Supervisor(Background):
             elif event is Event.EXPIRED:
                 expired = await expire_job(session, job.id)
         if event is Event.EXPIRED and expired:
+            self.bot.metrics.turn_ended("expired")
             waited = max(1, round((now - job.queued_at).total_seconds() / 60))
             log.warning("job %s expired after %d min in the queue", job.id, waited)
             await self.notices.tell(
@@ -302,6 +306,10 @@ class Supervisor(Background):
             return
         if not applied:  # cancelled or purged meanwhile, or another supervisor got there first
             await asyncio.to_thread(clip.unlink, missing_ok=True)
+        else:
+            self.bot.metrics.turn_ended("done")
+            waited = (utcnow() - job.queued_at).total_seconds()
+            log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
         await self._forget(job)
 
     async def fail(self, job: JobInfo, details: str) -> None:
@@ -315,6 +323,7 @@ class Supervisor(Background):
                 )
         if not failed:
             return
+        self.bot.metrics.turn_ended("failed")
         log.error("job %s failed [%s]: %s", job.id, eid, details)
         await self.notices.tell(job, f"This turn could not be made (error `{eid}`); try again with /act.")
         await self._forget(job)

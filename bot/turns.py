@@ -174,6 +174,7 @@ async def submit_turn(
             job.deadline_at = utcnow() + bot.supervisor.limits.pickup_for(eta)
         job_id = job.id
 
+    log.info("job %s queued (guild %s, user %s)", job_id, guild_id, user_id)
     bot.supervisor.notices.remember(job_id, interaction)
     waiting = story is not None and job.deadline_at is None
     text = queued_text(str(instruction), ahead, each, after_story_turn=waiting)

@@ -42,11 +42,13 @@ class QueueCommands:
         async with self.bot.sessions() as session, session.begin():
             jobs = await user_jobs_in_flight(session, interaction.guild_id, interaction.user.id)
             cancelled = [job for job in jobs if await cancel_job(session, job.id)]
+        self.bot.metrics.turn_ended("cancelled", len(cancelled))
         if not cancelled:
             raise Refusal("You have no turn in flight to cancel.")
         await fill(interaction, "Cancelled; that turn will not change your character.", ephemeral=True)
         supervisor = self.bot.supervisor
         for job in cancelled:
+            log.info("job %s cancelled by its player", job.id)
             await supervisor.notices.tell(job, "Cancelled.")
             if job.sent_at is not None:  # its task is with the broker: tell the workers (or the supervisor will)
                 await supervisor.mark_cancelled(job)
