@@ -31,6 +31,7 @@ from game.contract import TASK_NAME, TurnRequest
 from game.instruction import parse
 from worker.celery_app import RELEASE_MODEL, app, served_queues
 from worker.control import Claim, JobControl, control_for
+from worker.metrics import observe_turn
 
 if TYPE_CHECKING:
     from worker.pipeline.pipeline import AnimeGamerPipeline
@@ -154,6 +155,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         log.info("turn %s (job %s) not run: %s", task_id, turn.job_id, claim)
         raise Ignore()
     heartbeat.holding.add(task_id)
+    log.info("job %s started (task %s)", turn.job_id, task_id)
 
     last_report = 0.0
 
@@ -179,7 +181,8 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         raise Ignore() from None
     except SoftTimeLimitExceeded:
         raise TurnTooLong(f"the turn ran past its soft time limit ({app.conf.task_soft_time_limit} s)") from None
-    log.info("turn %s done in %.2fs", turn.job_id, sum(result.timings.values()))
+    observe_turn(result.timings)
+    log.info("job %s done in %.2fs", turn.job_id, sum(result.timings.values()))
     return result.model_dump(mode="json")
 
 

@@ -10,6 +10,9 @@ a child that hangs on its first operation. So the parent checks only what it can
 computing (the model's name, the toy model's file), and a child
 that still cannot load the model stops the whole worker, its reason in the log. SIGKILL of the
 whole worker leaves its turn to the bot, which sees the turn's claim lapse and sends it again.
+
+With ANIMEGAMER_WORKER_METRICS_PORT set, each child serves /metrics as it starts (`worker.metrics`),
+so the child forked after a hard time limit serves it again.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from celery import signals
 
+    from worker import metrics
     from worker.celery_app import BrokerUnavailable, app, check_broker, served_queues
     from worker.pipeline.pipeline import PipelineLoadError
     from worker.tasks import generate_turn
@@ -67,6 +71,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     @signals.worker_process_init.connect(weak=False)
     def start_child(**_: Any) -> None:
+        metrics.serve(settings.worker_metrics_port, settings.metrics_address)  # a fresh child serves it again
         generate_turn.reset_after_fork()
         if not args.no_preload:
             try:

@@ -86,7 +86,7 @@ def test_a_turn_sent_twice_is_made_once(worker, request):
     while running.said(f"turn {job_id} (job {job_id}) not run: taken") == 0:
         assert time.monotonic() < deadline, "the second copy was never dropped"
         time.sleep(0.1)
-    assert running.said(f"turn {job_id} done in") == 1
+    assert running.said(f"job {job_id} done in") == 1
 
 
 def test_a_broker_that_does_not_answer_is_reported_not_waited_for(tmp_path):

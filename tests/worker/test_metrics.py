@@ -1,0 +1,66 @@
+"""A worker's Prometheus endpoint, scraped over HTTP from real worker processes."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from celery.exceptions import TimeLimitExceeded
+
+from game.contract import TASK_NAME, TurnRequest
+from tests.scrape import free_port, scrape_when_up, value
+from tests.workers import Worker, start_worker, worker_env
+
+pytestmark = pytest.mark.slow
+
+LINE = "Character: Qiqi; Motion: gently wave; Background: day town."
+STAGES = ("prompt", "state_pass", "representation_pass", "denoise", "vae", "encode")
+
+
+def port_of(worker: Worker) -> int:
+    return int(worker.env["ANIMEGAMER_WORKER_METRICS_PORT"])
+
+
+def play(worker: Worker, instruction: str = LINE, timeout: float = 120):
+    request = TurnRequest(job_id=f"metrics-{uuid.uuid4().hex[:8]}", instruction=instruction, seed=3)
+    return worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id).get(
+        timeout=timeout
+    )
+
+
+def stage_counts(port: int) -> dict[str, float]:
+    samples = scrape_when_up(port)
+    return {stage: value(samples, "animegamer_turn_stage_seconds_count", stage=stage) or 0.0 for stage in STAGES}
+
+
+def test_the_workers_endpoint_times_every_stage_of_a_finished_turn(sqlite_worker):
+    before = stage_counts(port_of(sqlite_worker))
+    play(sqlite_worker)
+    after = stage_counts(port_of(sqlite_worker))
+    assert all(after[stage] >= before[stage] + 1 for stage in STAGES), (before, after)
+
+
+def test_a_cpu_worker_shows_no_gpu_memory(sqlite_worker):
+    play(sqlite_worker)
+    samples = scrape_when_up(port_of(sqlite_worker))
+    assert not [name for name, _ in samples if name.startswith("animegamer_gpu_memory")]
+
+
+def test_the_endpoint_is_served_again_by_the_child_that_replaces_one_killed_at_the_hard_time_limit(tmp_path):
+    port = free_port()
+    env = worker_env(
+        tmp_path,
+        ANIMEGAMER_TASK_TIME_LIMIT="10",
+        ANIMEGAMER_WORKER_METRICS_PORT=str(port),
+        ANIMEGAMER_METRICS_ADDRESS="127.0.0.1",
+    )
+    worker = start_worker(env, module="tests.faulty_worker")  # its pipeline hangs on "hang", deaf to the soft limit
+    try:
+        scrape_when_up(port)
+        with pytest.raises(TimeLimitExceeded):
+            play(worker, "Character: Qiqi; Motion: hang; Background: town.", timeout=90)
+        play(worker)  # made by the pool's fresh child
+        samples = scrape_when_up(port)
+    finally:
+        worker.kill()
+    assert value(samples, "animegamer_turn_stage_seconds_count", stage="denoise") == 1  # counted by the new child
