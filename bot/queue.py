@@ -79,7 +79,9 @@ class TurnQueue:
         def send() -> None:
             # No publish retries: a dead broker must be reported now; the outbox tries again later.
             payload = [request.model_dump(mode="json")]
-            self.app.send_task(TASK_NAME, args=payload, task_id=task_id, queue=queue, retry=False)
+            # What events (Flower) and worker logs show of the arguments: the job, not the player's words.
+            shown = f"[job {request.job_id}]"
+            self.app.send_task(TASK_NAME, args=payload, task_id=task_id, queue=queue, retry=False, argsrepr=shown)
 
         await self._call(send)
 

@@ -40,6 +40,9 @@ def make_celery(settings: Settings) -> Celery:
         task_routes={TASK_NAME: {"queue": settings.queue}},
         result_extended=True,
         result_expires=24 * 3600,
+        # Events for Flower and `celery events` (Redis, RabbitMQ); Celery sends none over the SQL transport.
+        worker_send_task_events=True,
+        task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=settings.broker_timeout,
         broker_transport_options={
