@@ -10,6 +10,7 @@ from pathlib import Path
 import av
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.orm import undefer
 
 from bot.watchdog import WARN_SECONDS
 from db.engine import make_engine, make_sessionmaker
@@ -95,7 +96,12 @@ async def test_three_players_turns_are_recorded_in_order_and_carry_the_storys_hi
             await story_turn(double, bot_settings, player, motion, background, done)
 
     rows = await read_db(
-        bot_settings, select(Turn, Character.name).join(Character).where(Turn.story_id.is_not(None)).order_by(Turn.seq)
+        bot_settings,
+        select(Turn, Character.name)
+        .join(Character)
+        .where(Turn.story_id.is_not(None))
+        .order_by(Turn.seq)
+        .options(undefer(Turn.representation)),  # deferred: only prompts read it
     )
     assert [(turn.seq, name) for turn, name in rows] == [(1, "Qiqi"), (2, "Sosuke"), (3, "Kiki")]
 
@@ -244,7 +250,9 @@ async def test_a_story_turn_taken_while_the_one_before_renders_waits_for_it_and_
     jobs = await read_db(bot_settings, select(Job.sent_at, Job.finished_at, Job.result_message_id).order_by(Job.id))
     assert jobs[1][0] >= jobs[0][1]  # Bob's turn was sent only once Alice's was done
     assert jobs[0][2] < jobs[1][2]  # and the story's posts came in its order
-    (alice, _), (bob, _) = await read_db(bot_settings, select(Turn, Job.id).join(Job).order_by(Turn.seq))
+    (alice, _), (bob, _) = await read_db(
+        bot_settings, select(Turn, Job.id).join(Job).order_by(Turn.seq).options(undefer(Turn.representation))
+    )
     past = [history_turn(alice)]
     expected = tiny_pipeline(TurnRequest(job_id="check", instruction=bob.instruction, seed=bob.seed, history=past))
     assert expected.representation == bob.representation
