@@ -28,13 +28,14 @@ from db.base import utcnow
 from db.jobs import (
     average_turn_seconds,
     create_turn,
-    has_turn_in_flight,
+    player_has_turn_in_flight,
     queue_position,
     set_job_messages,
     waits_for_story,
 )
 from db.models import Character, GuildSettings, JobKind, Story, StoryStatus, Turn, TurnOrder
 from db.queries import active_character, get_guild_settings, member_of_story, next_in_turn
+from game.errors import TurnInFlightError
 from game.instruction import Instruction, InstructionError, from_fields, parse
 from worker.celery_app import RELEASE_MODEL
 
@@ -222,10 +223,12 @@ async def check_instruction(
 
 
 async def check_capacity(session: AsyncSession, settings: GuildSettings, user_id: int, character: Character) -> None:
-    await moderation.hold_character(session, character.id)
-    if await has_turn_in_flight(session, character):
-        raise Refusal("Your last turn is still being made; wait for it, or /cancel it.")
+    """One turn in flight per player, the hourly quota, the server's queue cap: counted under the
+    server's lock, so two bots or shards submitting at once count each other's turns (``hold_guild``)."""
     guild_id = settings.guild_id
+    await moderation.hold_guild(session, guild_id)
+    if await player_has_turn_in_flight(session, guild_id, user_id):
+        raise TurnInFlightError()  # the database refuses a second one anyway; this says so before any work
     if settings.turns_per_hour == 0 or settings.max_queued_turns == 0:
         # A limit of 0 never resets on its own, so "try later" would be wrong.
         raise Refusal("Play is switched off on this server for now; an admin can change that with /admin quota.")

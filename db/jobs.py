@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, select, update
+from sqlalchemy import ColumnElement, and_, exists, func, literal_column, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import QueryableAttribute, aliased, undefer
 
 from db.base import utcnow
 from db.models import Character, Job, JobKind, Story, StoryStatus, Turn, new_task_id
 from game.contract import HistoryTurn, TurnResult
-from game.errors import StoryClosedError
+from game.errors import StoryClosedError, TurnInFlightError
 from game.history import MAX_WINDOW, past_turns_for
 from game.jobs import IN_FLIGHT, MOVES, Event, JobStatus
 from game.state import CharacterState, StateDeltas
@@ -31,6 +32,12 @@ from game.state import CharacterState, StateDeltas
 log = logging.getLogger(__name__)
 
 SEED_LIMIT = 2**63  # seeds are stored in a signed BIGINT (and the contract says < 2**63)
+
+
+def status_in(*statuses: JobStatus, column: QueryableAttribute[JobStatus] | None = None) -> ColumnElement[bool]:
+    """``jobs.status IN ('queued', 'running')`` with the values in the SQL, as the partial indexes' WHERE
+    (``db.models.status_sql``): with bound parameters the planner could not use those indexes."""
+    return (Job.status if column is None else column).in_([literal_column(f"'{s.value}'") for s in statuses])
 
 
 class ResultMismatchError(ValueError):
@@ -93,6 +100,9 @@ async def create_turn(
     In a story the turn takes the story's next ``seq``: bumping ``stories.last_seq`` with an
     UPDATE takes the write lock first, so two players acting at once get 1 and 2, not 1 and 1.
     ``kind`` defaults to ``story`` for a story turn and ``act`` otherwise.
+
+    A player with a turn in flight gets ``TurnInFlightError``: the database's partial unique index
+    refuses the second job even when two bots checked at the same instant and both saw none.
     """
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"seed must be in 0..2**63-1, got {seed}")
@@ -128,8 +138,19 @@ async def create_turn(
         deadline_at=deadline_at,
     )
     session.add_all([turn, job])
-    await session.flush()
+    try:
+        await session.flush()
+    except IntegrityError as exc:
+        if _one_in_flight_refused(exc):
+            raise TurnInFlightError() from exc
+        raise
     return turn, job
+
+
+def _one_in_flight_refused(exc: IntegrityError) -> bool:
+    # PostgreSQL names the index; SQLite names the columns of a unique index instead.
+    text = str(exc.orig)
+    return "uq_jobs_one_in_flight_per_player" in text or "jobs.guild_id, jobs.user_id" in text
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,7 +399,7 @@ async def get_job(session: AsyncSession, job_id: int) -> JobInfo | None:
 
 async def jobs_in_flight(session: AsyncSession) -> list[JobInfo]:
     """Every queued or running job, oldest first: what the supervisor watches, also after a restart."""
-    stmt = _job_info_select().where(Job.status.in_(IN_FLIGHT)).order_by(Job.id)
+    stmt = _job_info_select().where(status_in(*IN_FLIGHT)).order_by(Job.id)
     return [_job_info(row) for row in await session.execute(stmt)]
 
 
@@ -391,7 +412,7 @@ def waits_for_story() -> ColumnElement[bool]:
         .where(
             earlier_turn.story_id == Turn.story_id,
             earlier_turn.seq < Turn.seq,
-            earlier_job.status.in_(IN_FLIGHT),
+            status_in(*IN_FLIGHT, column=earlier_job.status),
         )
     )
 
@@ -414,7 +435,7 @@ async def cancels_to_mark(session: AsyncSession) -> list[JobInfo]:
     """Cancelled jobs that were sent but whose workers have not been told yet (the store was down)."""
     stmt = (
         _job_info_select()
-        .where(Job.status == JobStatus.CANCELLED, Job.sent_at.is_not(None), Job.cancel_marked_at.is_(None))
+        .where(status_in(JobStatus.CANCELLED), Job.sent_at.is_not(None), Job.cancel_marked_at.is_(None))
         .order_by(Job.id)
     )
     return [_job_info(row) for row in await session.execute(stmt)]
@@ -424,7 +445,7 @@ async def jobs_to_post(session: AsyncSession) -> list[JobInfo]:
     """Jobs applied but not yet posted: the delivery posts these, also after a restart."""
     stmt = (
         _job_info_select()
-        .where(Job.status == JobStatus.DONE, Job.applied_at.is_not(None), Job.result_message_id.is_(None))
+        .where(status_in(JobStatus.DONE), Job.result_message_id.is_(None), Job.applied_at.is_not(None))
         .where(Job.channel_id.is_not(None))
         .order_by(Job.id)
     )
@@ -439,7 +460,7 @@ async def earlier_story_turns_unposted(session: AsyncSession, story_id: int, seq
         .where(
             Turn.story_id == story_id,
             Turn.seq < seq,
-            (Job.status.in_(IN_FLIGHT)) | ((Job.status == JobStatus.DONE) & Job.result_message_id.is_(None)),
+            status_in(*IN_FLIGHT) | (status_in(JobStatus.DONE) & Job.result_message_id.is_(None)),
         )
         .limit(1)
     )
@@ -449,10 +470,16 @@ async def earlier_story_turns_unposted(session: AsyncSession, story_id: int, seq
 async def user_jobs_in_flight(session: AsyncSession, guild_id: int, user_id: int) -> list[JobInfo]:
     stmt = (
         _job_info_select()
-        .where(Job.guild_id == guild_id, Job.user_id == user_id, Job.status.in_(IN_FLIGHT))
+        .where(Job.guild_id == guild_id, Job.user_id == user_id, status_in(*IN_FLIGHT))
         .order_by(Job.id)
     )
     return [_job_info(row) for row in await session.execute(stmt)]
+
+
+async def player_has_turn_in_flight(session: AsyncSession, guild_id: int, user_id: int) -> bool:
+    """Whether the player has a queued or running turn, whichever character played it (one at a time)."""
+    stmt = select(Job.id).where(Job.guild_id == guild_id, Job.user_id == user_id, status_in(*IN_FLIGHT)).limit(1)
+    return (await session.execute(stmt)).first() is not None
 
 
 async def has_turn_in_flight(session: AsyncSession, character: Character | int) -> bool:
@@ -460,7 +487,7 @@ async def has_turn_in_flight(session: AsyncSession, character: Character | int) 
     stmt = (
         select(Job.id)
         .join(Turn, Job.turn_id == Turn.id)
-        .where(Turn.character_id == _id(character), Job.status.in_(IN_FLIGHT))
+        .where(Turn.character_id == _id(character), status_in(*IN_FLIGHT))
         .limit(1)
     )
     return (await session.execute(stmt)).first() is not None
@@ -525,6 +552,7 @@ async def build_history(
     else:
         raise TypeError(f"build_history takes a Character or a Story, not {type(source).__name__}")
     # At most MAX_WINDOW - 1 turns can ever be used; game.history decides how many of them are.
+    stmt = stmt.options(undefer(Turn.representation))  # the one place a turn's representation is read
     newest = list((await session.execute(stmt.limit(MAX_WINDOW - 1))).scalars())
     return [history_turn(t) for t in past_turns_for(newest[::-1], window)]
 

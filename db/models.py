@@ -43,6 +43,19 @@ DEFAULT_MAX_QUEUED_TURNS = 10
 DEFAULT_HISTORY_WINDOW = DEFAULT_WINDOW
 
 
+def status_sql(*statuses: JobStatus) -> str:
+    """``status IN ('queued', 'running')``: a partial index's WHERE, written with the values themselves.
+
+    A query uses a partial index only when its own WHERE spells the same condition; a bound
+    parameter (``status IN (?, ?)``) proves nothing to SQLite's planner (nor to PostgreSQL's
+    generic plans), so the queries that need these indexes write the values too (``db.jobs``).
+    """
+    return "status IN (" + ", ".join(f"'{s.value}'" for s in statuses) + ")"
+
+
+IN_FLIGHT_SQL = status_sql(*IN_FLIGHT)
+
+
 class StoryStatus(enum.StrEnum):
     ACTIVE = "active"
     ARCHIVED = "archived"
@@ -289,13 +302,30 @@ class Turn(Base):
     __table_args__ = (
         UniqueConstraint("story_id", "seq"),
         CheckConstraint("(story_id IS NULL) = (seq IS NULL)", name="seq_iff_story"),
+        # A character's newest turns first (history, /history): the id orders them on PostgreSQL too.
+        Index("ix_turns_character_id_id", "character_id", "id"),
+        # What retention still has to look at, oldest first; a turn leaves each index once emptied.
+        Index(
+            "ix_turns_with_representation",
+            "created_at",
+            "id",
+            sqlite_where=text("representation IS NOT NULL"),
+            postgresql_where=text("representation IS NOT NULL"),
+        ),
+        Index(
+            "ix_turns_with_clip",
+            "created_at",
+            "id",
+            sqlite_where=text("clip_path IS NOT NULL"),
+            postgresql_where=text("clip_path IS NOT NULL"),
+        ),
         *_range_checks("d_motion", "d_social", "d_entertainment", "d_stamina", low=DELTA_MIN, high=DELTA_MAX),
         *_range_checks("stamina_after", "social_after", "entertainment_after"),
     )
 
     id: Mapped[IntPK]
     # NULL: a story turn whose player started over (/reset); the story keeps it, "from a former player".
-    character_id: Mapped[int | None] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"), index=True)
+    character_id: Mapped[int | None] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"))
     story_id: Mapped[int | None] = mapped_column(ForeignKey("stories.id", ondelete="SET NULL"))
     seq: Mapped[int | None]
     instruction: Mapped[str] = mapped_column(String(MAX_LINE_CHARS))
@@ -309,13 +339,17 @@ class Turn(Base):
     social_after: Mapped[int | None]
     entertainment_after: Mapped[int | None]
     flow: Mapped[float | None] = mapped_column(Float)
-    representation: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # About 868 KB at the published sizes, needed only by the next prompts' history: never loaded with
+    # the row (a lazy load raises); ``undefer(Turn.representation)`` where a prompt needs it.
+    representation: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True, deferred_raiseload=True)
     clip_path: Mapped[str | None] = mapped_column(String(1024))
     created_at: Mapped[CreatedAt]
     timings: Mapped[str | None] = mapped_column(Text)  # JSON {stage: seconds} from the worker (revision 0002)
     # Which weights made (or will make) its representation: the model, and for the published one the
     # character's own MLLM. A prompt's history only carries representations of the same key.
     model_key: Mapped[str | None] = mapped_column(String(100))
+    # When retention deleted the clip (clip_path is NULL from then on), so /history can say so (revision 0004).
+    clip_expired_at: Mapped[Timestamp | None]
 
     character: Mapped[Character | None] = relationship(back_populates="turns", lazy="raise_on_sql")
     story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")
@@ -340,6 +374,34 @@ class Job(Base):
         CheckConstraint("progress BETWEEN 0 AND 1", name="progress_range"),
         CheckConstraint("attempts >= 0", name="attempts_range"),
         Index("ix_jobs_status_id", "status", "id"),
+        # One turn in flight per player, whoever submits it (two bots, two shards): the database refuses
+        # a second one. Its first column also serves the server's count of turns in flight.
+        Index(
+            "uq_jobs_one_in_flight_per_player",
+            "guild_id",
+            "user_id",
+            unique=True,
+            sqlite_where=text(IN_FLIGHT_SQL),
+            postgresql_where=text(IN_FLIGHT_SQL),
+        ),
+        Index("ix_jobs_guild_id_user_id_queued_at", "guild_id", "user_id", "queued_at"),  # the hourly quota
+        # The few rows the delivery and the supervisor look for each tick, out of every job ever made.
+        Index(
+            "ix_jobs_to_post",
+            "id",
+            sqlite_where=text(f"{status_sql(JobStatus.DONE)} AND result_message_id IS NULL"),
+            postgresql_where=text(f"{status_sql(JobStatus.DONE)} AND result_message_id IS NULL"),
+        ),
+        Index(
+            "ix_jobs_cancels_to_mark",
+            "id",
+            sqlite_where=text(
+                f"{status_sql(JobStatus.CANCELLED)} AND sent_at IS NOT NULL AND cancel_marked_at IS NULL"
+            ),
+            postgresql_where=text(
+                f"{status_sql(JobStatus.CANCELLED)} AND sent_at IS NOT NULL AND cancel_marked_at IS NULL"
+            ),
+        ),
     )
 
     id: Mapped[IntPK]
@@ -431,6 +493,7 @@ class AppState(Base):
 
 __all__ = [
     "IN_FLIGHT",
+    "IN_FLIGHT_SQL",
     "AllowedChannel",
     "AppState",
     "AuditLog",

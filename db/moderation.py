@@ -14,6 +14,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from db.base import utcnow
+from db.jobs import status_in
 from db.models import (
     IN_FLIGHT,
     AllowedChannel,
@@ -21,6 +22,7 @@ from db.models import (
     Ban,
     BlockedTerm,
     Character,
+    GuildSettings,
     Job,
     JobStatus,
     Player,
@@ -144,14 +146,17 @@ async def recent_audit(session: AsyncSession, guild_id: int, limit: int = 15) ->
     return list((await session.execute(stmt)).scalars())
 
 
-async def hold_character(session: AsyncSession, character_id: int) -> None:
-    """Lock the character's row until the transaction ends, so two turns sent at once are checked in turn.
+async def hold_guild(session: AsyncSession, guild_id: int) -> None:
+    """Lock the server's settings row until the transaction ends, so turns submitted at once in one server
+    are checked one after the other: the hourly quota and the server's queue cap count what the one
+    before committed, whichever bot or shard took it.
 
-    Without it two submits (a form sent twice) could both see no turn in flight and both queue one.
-    PostgreSQL takes the row lock (FOR UPDATE); SQLite ignores FOR UPDATE, but there the transaction
-    already holds the database's write lock from its first write (the guild row's insert-or-ignore).
+    PostgreSQL takes the row lock (FOR UPDATE; READ COMMITTED reads anew after it). SQLite ignores
+    FOR UPDATE, but there the transaction already holds the database's write lock from its first write
+    (the guild row's insert-or-ignore). One turn in flight per player needs no lock: a unique index
+    holds it (``db.jobs.create_turn``).
     """
-    await session.execute(select(Character.id).where(Character.id == character_id).with_for_update())
+    await session.execute(select(GuildSettings.guild_id).where(GuildSettings.guild_id == guild_id).with_for_update())
 
 
 async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int) -> tuple[int, datetime | None]:
@@ -172,7 +177,7 @@ async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int)
 
 
 async def queued_in_guild(session: AsyncSession, guild_id: int) -> int:
-    stmt = select(func.count()).select_from(Job).where(Job.guild_id == guild_id, Job.status.in_(IN_FLIGHT))
+    stmt = select(func.count()).select_from(Job).where(Job.guild_id == guild_id, status_in(*IN_FLIGHT))
     return (await session.execute(stmt)).scalar_one()
 
 

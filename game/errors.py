@@ -25,3 +25,10 @@ class StoryClosedError(GameError):
     def __init__(self, story_id: int) -> None:
         super().__init__("This story has ended; start a new one with /story start.", story_id)
         self.story_id = story_id
+
+
+class TurnInFlightError(GameError):
+    """A player already has a turn queued or running: one at a time, which the database enforces too."""
+
+    def __init__(self, reason: str = "Your last turn is still being made; wait for it, or /cancel it.") -> None:
+        super().__init__(reason)

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import undefer
 
 from db import jobs as j
 from db import queries as q
@@ -106,7 +107,7 @@ async def test_second_active_character_is_refused_by_the_database(sessions: Sess
     async with sessions() as s:
         player = await q.get_or_create_player(s, GUILD, ALICE)
         s.add(Character(player_id=player.id, name="Sosuke", is_active=True))
-        with pytest.raises(IntegrityError, match="UNIQUE"):
+        with pytest.raises(IntegrityError, match=r"(?i)unique"):
             await s.flush()
 
 
@@ -114,7 +115,7 @@ async def test_stats_outside_0_to_100_are_refused_by_the_database(sessions: Sess
     character_id = await _character(sessions)
     async with sessions() as s:
         (await s.get_one(Character, character_id)).stamina = 101
-        with pytest.raises(IntegrityError, match="CHECK"):
+        with pytest.raises(IntegrityError, match=r"(?i)check"):
             await s.flush()
 
 
@@ -144,7 +145,7 @@ async def test_apply_result_stores_the_turn_and_finishes_the_job(sessions: Sessi
     assert await _apply(sessions, job_id, make_result(job_id, stamina=1, social=2, entertainment=3, motion=-4))
     async with sessions() as s:
         job = await s.get_one(Job, job_id)
-        turn = await s.get_one(Turn, job.turn_id)
+        turn = await s.get_one(Turn, job.turn_id, options=[undefer(Turn.representation)])
     assert job.status is JobStatus.DONE and job.applied_at is not None and job.progress == 1.0
     assert (turn.d_motion, turn.d_social, turn.d_entertainment, turn.d_stamina) == (-4, 2, 3, 1)
     assert (turn.stamina_after, turn.social_after, turn.entertainment_after) == (55, 60, 65)
@@ -246,7 +247,7 @@ async def _story(sessions: Sessions, channel_id: int = CHANNEL) -> int:
 
 async def test_one_active_story_per_channel(sessions: Sessions) -> None:
     first = await _story(sessions)
-    with pytest.raises(IntegrityError, match="UNIQUE"):
+    with pytest.raises(IntegrityError, match=r"(?i)unique"):
         await _story(sessions)
     await _story(sessions, channel_id=CHANNEL + 1)  # another channel is fine
     async with sessions() as s, s.begin():
