@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=30.0, ge=1.0)  # a running turn's worker unseen this long is gone
     pickup_timeout: float = Field(default=0.0, ge=0)  # seconds a turn waits for a worker; 0: 3x its ETA, >= 2 min
     db_busy_timeout: float = Field(default=5.0, gt=0)  # seconds a SQLite write waits for another writer
+    fair_queue: bool = True  # each server gets its share of the workers (game.schedule); false: first come first served
 
     # The Discord bot.
     discord_token: SecretStr | None = Field(default=None, validation_alias="DISCORD_TOKEN")

@@ -3,8 +3,10 @@
 Each tick it reads the jobs from the database (so a restarted bot resumes them all) and:
 
 1. sends the outbox: committed jobs whose task is not with the broker (a submission whose send
-   failed or never happened, a story turn whose predecessor just ended, a job handed back),
-   with the job's own task id, so a second send of the same job is dropped by the worker's claim;
+   failed or never happened or had to wait its turn, a story turn whose predecessor just ended, a
+   job handed back), with the job's own task id, so a second send of the same job is dropped by the
+   worker's claim. Each queue holds only a short window of turns at the broker (a couple per live
+   worker); the rest wait here and go in ``game.schedule``'s fair order, server by server;
 2. tells the workers of cancels that could not be marked when they happened;
 3. looks at every sent job's claim and stored state in one thread call, asks
    ``game.jobs.next_event`` what that means, and makes the move: started, still alive, handed
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -63,6 +66,7 @@ from game.contract import TurnRequest, TurnResult
 from game.history import DEFAULT_WINDOW
 from game.instruction import parse
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
+from game.schedule import Waiting, fair_order, fifo_order, window_for
 from worker.celery_app import RELEASE_MODEL, queue_for
 
 if TYPE_CHECKING:
@@ -72,7 +76,7 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 30.0
 OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
-SERVED_REFRESH_SECONDS = 10.0  # how often the workers' presence is read (published model only)
+SERVED_REFRESH_SECONDS = 10.0  # how often the workers' presence is read
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
 
 
@@ -103,6 +107,9 @@ class Supervisor(Background):
         # characters some live worker serves, as the workers announce them. Any name otherwise.
         self.served: list[str] | None = list(bot.settings.characters) if bot.settings.model == RELEASE_MODEL else None
         self._served_at = float("-inf")
+        self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it, as they announce themselves
+        self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
+        self._backlog: Counter[str] = Counter()  # queue -> turns waiting here for room at the broker
 
     async def _run(self) -> None:
         poll = self.bot.settings.delivery_poll_seconds
@@ -122,8 +129,8 @@ class Supervisor(Background):
             to_send = [job for job in await jobs_to_send(session) if job.queued_at < utcnow() - OUTBOX_GRACE]
             to_mark = await cancels_to_mark(session)
             self._seconds_each = await average_turn_seconds(session, self._seconds_each)
-        for job in to_send:
-            await self._guarded(job, self.send(job))
+            in_flight = await jobs_in_flight(session)
+        await self.send_in_turn(to_send, in_flight)
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
@@ -141,18 +148,48 @@ class Supervisor(Background):
         self.notices.keep_only(live | posting, seen_at)
 
     async def refresh_served(self) -> None:
-        if self.served is None or time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:
+        """How many live workers consume each queue, and (published model) which characters they play."""
+        if time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:
             return
         try:
             presences = await self.bot.queue.workers()
         except QueueUnavailable:
             return  # keep what was known
-        queues = {queue for presence in presences for queue in presence.queues}
+        self.workers_on = Counter(queue for presence in presences for queue in presence.queues)
         settings = self.bot.settings
-        self.served = [name for name in settings.characters if queue_for(settings, name) in queues]
+        if self.served is not None:
+            self.served = [name for name in settings.characters if queue_for(settings, name) in self.workers_on]
         self._served_at = time.monotonic()
 
+    def queue_of(self, job: JobInfo) -> str:
+        settings = self.bot.settings
+        character = parse(job.instruction).character if settings.model == RELEASE_MODEL else ""
+        return queue_for(settings, character)
+
+    def room(self, queue: str) -> int:
+        """How many more turns this queue may take at the broker now."""
+        return window_for(self.workers_on[queue]) - self._at_broker[queue]
+
     # -- the outbox --------------------------------------------------------------------------------
+
+    async def send_in_turn(self, waiting: list[JobInfo], in_flight: list[JobInfo]) -> None:
+        """Fill each queue's window at the broker from the backlog, in the fair order (or first come, first served)."""
+        self._at_broker = Counter(
+            self.queue_of(job) for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is not None
+        )
+        by_queue: dict[str, list[JobInfo]] = {}
+        for job in waiting:
+            by_queue.setdefault(self.queue_of(job), []).append(job)
+        self._backlog = Counter({queue: len(jobs) for queue, jobs in by_queue.items()})
+        for queue, jobs in by_queue.items():
+            # A running turn and a sent one both hold the workers: that is the server's share in service.
+            in_service = Counter(
+                job.guild_id for job in in_flight if job.sent_at is not None and self.queue_of(job) == queue
+            )
+            candidates = [Waiting(job.id, job.guild_id, job) for job in jobs]
+            ordered = fair_order(candidates, in_service) if self.bot.settings.fair_queue else fifo_order(candidates)
+            for turn in ordered[: max(0, self.room(queue))]:
+                await self._guarded(turn.item, self.send(turn.item))
 
     async def send(self, job: JobInfo) -> bool:
         """Hand a committed job's task to the broker; False (and tried again next tick) if it is down."""
@@ -166,6 +203,8 @@ class Supervisor(Background):
                 async with self.bot.sessions() as session, session.begin():
                     await arm_deadline(session, job.id, utcnow() + self.limits.pickup_for(eta))
             return False
+        self._at_broker[queue] += 1
+        self._backlog[queue] = max(0, self._backlog[queue] - 1)
         async with self.bot.sessions() as session, session.begin():
             await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
         log.info("job %s sent to %s", job.id, queue)
@@ -174,11 +213,17 @@ class Supervisor(Background):
     async def send_now(self, job_id: int) -> bool:
         """The submission's own send: the outbox's path, right away, for one job if it may go now.
 
-        False if it could not be sent (the queue is down: the outbox keeps trying until its deadline).
+        A turn that finds its queue's window full, or other turns waiting for it, stays in the
+        backlog for the next tick's fair pick. False only if it could not be sent (the queue is
+        down: the outbox keeps trying until its deadline).
         """
         async with self.bot.sessions() as session:
             ready = await jobs_to_send(session, only=job_id)
         for job in ready:
+            queue = self.queue_of(job)
+            if self.room(queue) <= 0 or self._backlog[queue] > 0:
+                self._backlog[queue] += 1
+                return True
             try:
                 return await self.send(job)
             except Exception:

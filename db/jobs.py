@@ -27,6 +27,7 @@ from game.contract import HistoryTurn, TurnResult
 from game.errors import StoryClosedError, TurnInFlightError
 from game.history import MAX_WINDOW, past_turns_for
 from game.jobs import IN_FLIGHT, MOVES, Event, JobStatus
+from game.schedule import turns_ahead
 from game.state import CharacterState, StateDeltas
 
 log = logging.getLogger(__name__)
@@ -494,12 +495,30 @@ async def has_turn_in_flight(session: AsyncSession, character: Character | int) 
 
 
 async def queue_position(session: AsyncSession, job_id: int) -> int | None:
-    """How many queued jobs are ahead of this one (0: next); None once it is no longer queued."""
-    status = (await session.execute(select(Job.status).where(Job.id == job_id))).scalar_one_or_none()
-    if status != JobStatus.QUEUED:
+    """How many turns reach a worker before this one (0: next); None once it is no longer queued.
+
+    A turn already at the broker waits behind the ones sent before it. One still in the bot's
+    backlog waits for ``game.schedule``'s fair rule: its estimate counts every turn at the broker,
+    then a round of every other waiting server for each turn of its own server ahead of it.
+    """
+    row = (await session.execute(select(Job.status, Job.sent_at, Job.guild_id).where(Job.id == job_id))).one_or_none()
+    if row is None or row.status != JobStatus.QUEUED:
         return None
-    stmt = select(func.count()).select_from(Job).where(Job.status == JobStatus.QUEUED, Job.id < job_id)
-    return (await session.execute(stmt)).scalar_one()
+    queued, sent = Job.status == JobStatus.QUEUED, Job.sent_at.is_not(None)
+    if row.sent_at is not None:
+        stmt = select(func.count()).select_from(Job).where(queued, sent, Job.id < job_id)
+        return (await session.execute(stmt)).scalar_one()
+    mine = Job.guild_id.is_(None) if row.guild_id is None else Job.guild_id == row.guild_id
+    at_broker, mine_before, others = (
+        await session.execute(
+            select(
+                func.count().filter(sent),
+                func.count().filter(~sent, mine, Job.id < job_id),
+                func.count(func.distinct(Job.guild_id)).filter(~sent, ~mine),
+            ).where(queued)
+        )
+    ).one()
+    return turns_ahead(at_broker, mine_before, others)
 
 
 async def average_turn_seconds(session: AsyncSession, default: float) -> float:

@@ -64,32 +64,38 @@ class CharacterCommands:
     @app_commands.command(name="status", description="Your character's card")
     @app_commands.guild_only()
     async def status(self, interaction: discord.Interaction) -> None:
+        # Answer first: while clips are being posted the database and the event loop are shared with them.
+        await defer_privately(interaction)
         async with self.bot.sessions() as session:
             character = await active_character(session, interaction.guild_id, interaction.user.id)
         if character is None:
             raise Refusal("You have no character here yet; pick one with /start.")
         state = character_state(character)
-        await interaction.response.send_message(
-            embed=state_embed(character.name, state), file=discord.File(_png(state), GAUGE_FILENAME), ephemeral=True
+        await fill(
+            interaction,
+            embed=state_embed(character.name, state),
+            file=discord.File(_png(state), GAUGE_FILENAME),
+            ephemeral=True,
         )
 
     @app_commands.command(name="history", description="Your character's last turns")
     @app_commands.guild_only()
     async def history(self, interaction: discord.Interaction) -> None:
+        await defer_privately(interaction)
         async with self.bot.sessions() as session:
             character = await active_character(session, interaction.guild_id, interaction.user.id)
             turns = await recent_turns(session, character.id) if character else []
         if character is None:
             raise Refusal("You have no character here yet; pick one with /start.")
         if not turns:
-            await interaction.response.send_message(f"{character.name} has no turns yet; try /act.", ephemeral=True)
+            await fill(interaction, f"{character.name} has no turns yet; try /act.", ephemeral=True)
             return
         lines = [
             f"• {discord.utils.escape_markdown(t.instruction)} — stamina {t.stamina_after}, social {t.social_after}, "
             f"entertainment {t.entertainment_after}"
             for t in turns
         ]
-        await interaction.response.send_message("\n".join(lines), ephemeral=True)
+        await fill(interaction, "\n".join(lines), ephemeral=True)
 
     @app_commands.command(name="reset", description="Start your character over (asks first)")
     @app_commands.guild_only()
