@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
     upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller
     recap_cooldown_seconds: float = Field(default=300.0, ge=0)  # least time between two /story recap of one story
+    # Retention (db.retention): each character's and story's newest 5 turns keep both, whatever their age.
+    clip_retention_days: int = Field(default=30, ge=0)  # older turns' clip files are deleted; 0: kept forever
+    representation_retention_days: int = Field(default=7, ge=0)  # older turns' representations too; 0: forever
+    retention_interval_seconds: float = Field(default=3600.0, gt=0)  # how often the bot applies them
 
     # Watching it: Prometheus /metrics endpoints (README, "Watching it"); 0 = off.
     metrics_port: int = Field(default=0, ge=0, le=65535)  # the bot's

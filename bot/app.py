@@ -23,6 +23,7 @@ from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.metrics import BotMetrics
 from bot.queue import TurnQueue
+from bot.retention import Retention
 from bot.supervisor import Supervisor
 from bot.sync import sync_if_changed
 from bot.watchdog import LoopWatch
@@ -64,6 +65,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.supervisor = Supervisor(self)
         self.delivery = Delivery(self)
         self.loop_watch = LoopWatch()
+        self.retention = Retention(self)
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     async def setup_hook(self) -> None:
@@ -79,6 +81,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         await sync_if_changed(self)
         await self.supervisor.refresh_served()  # before the first command: which characters workers play
         self.supervisor.start()
+        self.retention.start()
 
     def dispatch(self, event_name: str, /, *args: Any, **kwargs: Any) -> None:
         # Called as the gateway hands an interaction over, before any handler of it can run.
@@ -94,6 +97,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         return self.supervisor.served
 
     async def close(self) -> None:
+        await self.retention.stop()
         await self.supervisor.stop()
         await self.delivery.stop()
         await self.loop_watch.stop()

@@ -67,6 +67,8 @@ async def details(interaction: discord.Interaction, job_id: int) -> None:
     timings = json.loads(turn.timings or "{}")
     lines = [f"Job {job.id}, seed {turn.seed}, model {turn.model}, flow {turn.flow}"]
     lines += [f"{stage}: {seconds:.2f} s" for stage, seconds in timings.items()]
+    if turn.clip_expired_at is not None:
+        lines.append(f"clip expired <t:{int(turn.clip_expired_at.timestamp())}:R> (the bot keeps clips for a while)")
     if job.started_at and job.finished_at:
         lines.append(f"from start to done: {(job.finished_at - job.started_at).total_seconds():.1f} s")
     await interaction.response.send_message("\n".join(lines), ephemeral=True)

@@ -102,6 +102,21 @@ class TurnQueue:
     async def forget(self, task_id: str) -> None:
         await self._call(lambda: self.app.AsyncResult(task_id).forget())
 
+    async def clean_store(self) -> int:
+        """Delete the result store's expired rows; how many claims and cancel marks went.
+
+        Celery's database backend keeps every result (and every PROGRESS a cancelled turn left)
+        until its ``cleanup`` runs, which only celery beat would call; Redis expires its keys
+        itself (``result_expires``). Runs in a thread of its own, not the queue's pool: a long
+        delete must not make the queue look down to commands.
+        """
+
+        def clean() -> int:
+            self.app.backend.cleanup()
+            return self.control.purge_expired()
+
+        return await asyncio.to_thread(clean)
+
     async def cancel(self, task_id: str) -> None:
         """Tell the workers: the mark both brokers' workers check, and Celery's revoke where it is heard."""
 

@@ -257,6 +257,9 @@ class Supervisor(Background):
             return  # next tick
         async with self.bot.sessions() as session, session.begin():
             await note_cancel_marked(session, job.id)
+        # Whatever its worker stored before it saw the mark (progress, even a whole result) is never
+        # read now; one stored after this is dropped with the store's expired rows (Retention).
+        await self._forget(job)
 
     # -- watching ----------------------------------------------------------------------------------
 

@@ -87,6 +87,10 @@ class JobControl:
     def workers(self) -> list[Presence]:
         raise NotImplementedError
 
+    def purge_expired(self) -> int:
+        """Delete records past their expiry; how many went. Redis expires its keys itself."""
+        return 0
+
     def close(self) -> None:
         """Drop connections (a forked child must not share its parent's sockets)."""
 
@@ -315,6 +319,15 @@ class SqlControl(JobControl):
                 .order_by(self._workers.c.worker)
             ).all()
         return [Presence(worker, tuple(json.loads(queues))) for worker, queues in rows]
+
+    def purge_expired(self) -> int:
+        """Delete what Redis would have expired by now (its keys carry the same times); else every job's rows stay."""
+        now = time.time()
+        with self._begin() as conn:
+            return sum(
+                conn.execute(table.delete().where(table.c.expires < now)).rowcount
+                for table in (self._claims, self._cancels, self._workers)
+            )
 
     def close(self) -> None:
         self._engine.dispose(close=False)

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from bot.retention import retention_text
 from db import moderation
 from db.base import utcnow
 from db.models import AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, JobStatus, Player, Turn
@@ -326,4 +327,5 @@ async def test_stats_counts_players_turns_today_the_queue_and_the_average_turn_t
         "Turns in the last 24 h: 2",
         "In flight now: 1",
         "Average turn (queued to done): 30.0 s",
+        retention_text(bot_settings) + ".",
     ]

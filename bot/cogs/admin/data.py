@@ -12,6 +12,7 @@ from discord import app_commands
 
 from bot.errors import fill
 from bot.queue import QueueUnavailable
+from bot.retention import retention_text
 from db import moderation
 from db.jobs import user_jobs_in_flight
 
@@ -88,6 +89,7 @@ class DataCommands:
         await fill(
             interaction,
             f"Players: {stats.players}\nTurns in the last 24 h: {stats.turns_today}\n"
-            f"In flight now: {stats.queue_length}\nAverage turn (queued to done): {average}",
+            f"In flight now: {stats.queue_length}\nAverage turn (queued to done): {average}\n"
+            f"{retention_text(self.bot.settings)}.",
             ephemeral=True,
         )

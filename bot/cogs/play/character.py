@@ -92,7 +92,7 @@ class CharacterCommands:
             return
         lines = [
             f"• {discord.utils.escape_markdown(t.instruction)} — stamina {t.stamina_after}, social {t.social_after}, "
-            f"entertainment {t.entertainment_after}"
+            f"entertainment {t.entertainment_after}" + (" (clip expired)" if t.clip_expired_at else "")
             for t in turns
         ]
         await fill(interaction, "\n".join(lines), ephemeral=True)

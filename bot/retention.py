@@ -1,0 +1,67 @@
+"""Retention, once an interval: old turns' clips and representations (``db.retention``), the store's expired rows.
+
+The settings are the bot's, not each server's: the disk and the database are the operator's, and
+one policy across a hundred servers is what an operator can promise and size for. A server's
+admins see it in /admin stats. The first sweep runs a minute after start, not during it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from bot.background import Background
+from db.retention import Swept, sweep
+from game.history import MAX_WINDOW
+
+if TYPE_CHECKING:
+    from animegamer.settings import Settings
+    from bot.app import AnimeGamerBot
+
+log = logging.getLogger(__name__)
+
+FIRST_SWEEP_SECONDS = 60.0
+
+
+def retention_text(settings: Settings) -> str:
+    """The bot's retention as /admin stats shows it to a server's admins."""
+
+    def kept(days: int) -> str:
+        return "forever" if days == 0 else f"{days} day{'s' if days != 1 else ''}"
+
+    return (
+        f"Clips kept {kept(settings.clip_retention_days)}, prompt history data "
+        f"{kept(settings.representation_retention_days)} (the bot's setting; each character's and story's "
+        f"newest {MAX_WINDOW} turns keep both)"
+    )
+
+
+class Retention(Background):
+    name = "animegamer-retention"
+
+    def __init__(self, bot: AnimeGamerBot) -> None:
+        self.bot = bot
+
+    async def _run(self) -> None:
+        await asyncio.sleep(min(FIRST_SWEEP_SECONDS, self.bot.settings.retention_interval_seconds))
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("retention sweep failed; trying again in an interval")
+            await asyncio.sleep(self.bot.settings.retention_interval_seconds)
+
+    async def run_once(self) -> Swept:
+        settings = self.bot.settings
+        swept = await sweep(
+            self.bot.sessions,
+            representation_days=settings.representation_retention_days,
+            clip_days=settings.clip_retention_days,
+        )
+        try:
+            purged = await self.bot.queue.clean_store()
+            log.info("retention: result store cleaned (%d expired claims and cancel marks)", purged)
+        except Exception as exc:  # the store is down or busy: its rows wait for the next sweep
+            log.warning("retention: result store not cleaned (%s)", exc)
+        return swept
