@@ -7,6 +7,9 @@ claim keeps a second delivery from running it twice), one message prefetched at 
 hard time limit, which the prefork pool enforces by killing the child (stored as a failure).
 A pool child that dies mid-turn (a segfault, the OOM killer) is stored as a failure too: a turn
 that kills its child would kill the next one, so it is not redelivered.
+
+Results are not extended: Celery would copy the task's arguments (a turn's whole history) into
+every stored state, each progress report included, and nobody reads them back.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ def make_celery(settings: Settings) -> Celery:
         task_soft_time_limit=max(settings.task_time_limit - 30, 5),
         task_default_queue=settings.queue,
         task_routes={TASK_NAME: {"queue": settings.queue}},
-        result_extended=True,
         result_expires=24 * 3600,
         # Events for Flower and `celery events` (Redis, RabbitMQ); Celery sends none over the SQL transport.
         worker_send_task_events=True,
