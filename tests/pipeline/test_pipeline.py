@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
 
-from game.contract import RANDOM_WEIGHTS_LABEL, HistoryTurn, TurnRequest
+from game.contract import RANDOM_WEIGHTS_LABEL, BlobRef, HistoryTurn, TurnRequest, UnresolvedBlob
 from game.motion import flow_for
 from worker.pipeline.pipeline import PipelineLoadError, load_pipeline
 from worker.pipeline.video import decode_mp4, probe_mp4
@@ -59,6 +61,35 @@ def test_a_past_turn_in_the_prompt_changes_the_representation(first_turn, tiny_p
     past = HistoryTurn(instruction=LINE, representation=first_turn.representation, deltas=first_turn.deltas)
     later = tiny_pipeline(TurnRequest(job_id="t3", instruction=LINE, seed=7, history=[past]))
     assert later.representation != first_turn.representation
+
+
+def test_the_representation_is_stored_as_float16(first_turn):
+    """Half the bytes; benchmarks/representation_precision.py shows the clips it decodes to barely move."""
+    assert load_safetensors(first_turn.representation)["representation"].dtype == torch.float16
+
+
+def test_a_past_turn_stored_as_float32_reads_as_the_same_values_in_float16(first_turn, tiny_pipeline):
+    """Turns recorded before representations were float16 still feed the next prompt."""
+    half = first_turn.representation
+    full = save_safetensors({"representation": load_safetensors(half)["representation"].float()})
+    made = [
+        tiny_pipeline(
+            TurnRequest(
+                job_id="t6",
+                instruction=LINE,
+                seed=7,
+                history=[HistoryTurn(instruction=LINE, representation=rep, deltas=first_turn.deltas)],
+            )
+        )
+        for rep in (half, full)
+    ]
+    assert made[0].mp4 == made[1].mp4 and made[0].representation == made[1].representation
+
+
+def test_a_past_turn_still_held_by_reference_is_refused_before_any_work(first_turn, tiny_pipeline):
+    past = HistoryTurn(instruction=LINE, representation=BlobRef(sha256="0f" * 32, size=1), deltas=first_turn.deltas)
+    with pytest.raises(UnresolvedBlob):
+        tiny_pipeline(TurnRequest(job_id="t7", instruction=LINE, seed=1, history=[past]))
 
 
 def test_progress_reports_every_denoising_step(tiny_pipeline):
