@@ -3,7 +3,8 @@
 A local Celery worker process is started on the configured broker (the embedded SQLite one
 by default), each turn is sent by task name with the character's history, and the result is
 applied with the game's own rules. Clips are written atomically, so a file that exists is
-complete.
+complete. Clips and representations too large for the queue go through the blob folder the
+local worker shares (``worker.blob_store``), as they do between the bot and its workers.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from animegamer.settings import Settings
-from game.contract import TASK_NAME, HistoryTurn, TurnRequest, TurnResult
+from game.contract import TASK_NAME, HistoryTurn, TurnRequest, TurnResult, inline
 from game.history import MAX_WINDOW, past_turns_for
 from game.instruction import Instruction
 from game.state import CharacterState
+from worker.blob_store import BlobError, BlobStore, store_for
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -102,21 +104,25 @@ class WorkerProcess:
 
 def run_turn(
     app: Celery,
+    blobs: BlobStore,
     request: TurnRequest,
     queue: str,
     on_progress: ProgressFn | None = None,
     worker: WorkerProcess | None = None,
     timeout: float = 3600.0,
 ) -> TurnResult:
-    """Send one turn by name and wait for it, reporting the worker's progress."""
-    payload = [request.model_dump(mode="json")]
+    """Send one turn by name and wait for it, reporting the worker's progress; its bytes are read back."""
+    payload = [blobs.pack_request(request).model_dump(mode="json")]
     async_result: AsyncResult = app.send_task(TASK_NAME, args=payload, task_id=request.job_id, queue=queue)
     deadline = time.monotonic() + timeout
     try:
         while True:
             state = async_result.state
             if state == "SUCCESS":
-                return TurnResult.model_validate(async_result.result)
+                try:
+                    return blobs.resolve_result(TurnResult.model_validate(async_result.result))
+                except BlobError as exc:
+                    raise TurnFailed(f"The worker's clip cannot be read: {exc}") from exc
             if state == "FAILURE":
                 raise TurnFailed(f"The worker could not make this turn: {async_result.result}")
             if state == "PROGRESS" and on_progress is not None:
@@ -142,6 +148,10 @@ class LocalGame:
     turns_played: int = 0
     seed: int = 0
 
+    @property
+    def blobs(self) -> BlobStore:
+        return store_for(self.settings)
+
     def request(self, instruction: Instruction) -> TurnRequest:
         return TurnRequest(
             job_id=f"local-{uuid.uuid4().hex}",
@@ -158,8 +168,9 @@ class LocalGame:
     def apply(self, instruction: Instruction, result: TurnResult) -> CharacterState:
         self.state = self.state.apply(result.deltas)
         self.turns_played += 1
+        representation = inline(result.representation, "the result's representation")  # run_turn resolved it
         self.history.append(
-            HistoryTurn(instruction=str(instruction), representation=result.representation, deltas=result.deltas)
+            HistoryTurn(instruction=str(instruction), representation=representation, deltas=result.deltas)
         )
         del self.history[:-MAX_WINDOW]  # older turns can never be in a prompt again
         return self.state

@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     database_url: str = ""  # default: sqlite+aiosqlite:///<data_dir>/animegamer.db
     broker_url: str = ""  # default: sqla+sqlite:///<data_dir>/broker.db; or redis://host:6379/0
     result_backend: str = ""  # default: db+sqlite:///<data_dir>/results.db; or redis://host:6379/1
+    blob_dir: Path | None = None  # default: <data_dir>/blobs; at scale a path the bot and every worker share
+    inline_max_bytes: int = Field(default=8192, ge=0)  # larger clips and representations go through blob_dir
     queue: str = "turns"
 
     model: str = "toy"  # toy (trained, shipped) | tiny | full (random weights) | animegamer (the published files)
@@ -65,6 +67,8 @@ class Settings(BaseSettings):
         self.database_url = self.database_url or f"sqlite+aiosqlite:///{data}/animegamer.db"
         self.broker_url = self.broker_url or f"sqla+sqlite:///{data}/broker.db"
         self.result_backend = self.result_backend or f"db+sqlite:///{data}/results.db"
+        if self.blob_dir is None or self.blob_dir == Path():  # unset, or left empty as in .env.example
+            self.blob_dir = self.data_dir / "blobs"
         self.visibility_timeout = self.visibility_timeout or self.task_time_limit + 60
 
 

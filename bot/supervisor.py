@@ -62,11 +62,12 @@ from db.jobs import (
     update_progress,
 )
 from db.models import Character, GuildSettings, Story, Turn
-from game.contract import TurnRequest, TurnResult
+from game.contract import TurnRequest, TurnResult, inline
 from game.history import DEFAULT_WINDOW
 from game.instruction import parse
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
 from game.schedule import Waiting, fair_order, fifo_order, window_for
+from worker.blob_store import BlobError, store_for
 from worker.celery_app import RELEASE_MODEL, queue_for
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class Supervisor(Background):
         # characters some live worker serves, as the workers announce them. Any name otherwise.
         self.served: list[str] | None = list(bot.settings.characters) if bot.settings.model == RELEASE_MODEL else None
         self._served_at = float("-inf")
+        self.blobs = store_for(bot.settings)  # past turns' representations go out, clips come back, through it
         self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it, as they announce themselves
         self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
         self._backlog: Counter[str] = Counter()  # queue -> turns waiting here for room at the broker
@@ -247,6 +249,7 @@ class Supervisor(Background):
             ).scalar_one_or_none() or DEFAULT_WINDOW
             history = await build_history(session, source, window, turn.model_key) if source is not None else []
         request = TurnRequest(job_id=str(job.id), instruction=turn.instruction, seed=turn.seed, history=history)
+        request = await asyncio.to_thread(self.blobs.pack_request, request)  # large representations by reference
         return request, queue_for(self.bot.settings, parse(turn.instruction).character)
 
     async def mark_cancelled(self, job: JobInfo) -> None:
@@ -342,10 +345,18 @@ class Supervisor(Background):
         try:
             result = TurnResult.model_validate(payload)
         except ValidationError as exc:
-            await self.fail(job, f"the worker's result was malformed ({exc.error_count()} errors)")
+            first = exc.errors()[0]["msg"]
+            await self.fail(job, f"the worker's result was malformed ({exc.error_count()} errors; {first})")
+            return
+        try:
+            # Read, never deleted here: after a restart the same result may be read again.
+            result = await asyncio.to_thread(self.blobs.resolve_result, result)
+        except BlobError as exc:
+            await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
         clip = self.bot.delivery.clip_path(job)
-        await asyncio.to_thread(_write_file, clip, result.mp4)  # OSError (a full disk): next tick tries again
+        mp4 = inline(result.mp4, "the clip")
+        await asyncio.to_thread(_write_file, clip, mp4)  # OSError (a full disk): next tick tries again
         try:
             async with self.bot.sessions() as session, session.begin():
                 applied = await apply_result(session, job.id, result, str(clip))

@@ -23,7 +23,7 @@ from sqlalchemy.orm import QueryableAttribute, aliased, undefer
 
 from db.base import utcnow
 from db.models import Character, Job, JobKind, Story, StoryStatus, Turn, new_task_id
-from game.contract import HistoryTurn, TurnResult
+from game.contract import HistoryTurn, TurnResult, inline
 from game.errors import StoryClosedError, TurnInFlightError
 from game.history import MAX_WINDOW, past_turns_for
 from game.jobs import IN_FLIGHT, MOVES, Event, JobStatus
@@ -314,7 +314,7 @@ async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, c
     turn.d_stamina = result.deltas.stamina
     turn.stamina_after, turn.social_after, turn.entertainment_after = after.stamina, after.social, after.entertainment
     turn.flow = result.flow
-    turn.representation = result.representation
+    turn.representation = inline(result.representation, "the result's representation")  # resolved by the caller
     turn.clip_path = clip_path
     turn.timings = json.dumps(result.timings)
     await session.flush()

@@ -4,19 +4,24 @@ Workers are stateless: everything a turn needs travels in a ``TurnRequest`` and 
 produces comes back in a ``TurnResult``. Both cross a Celery queue as JSON (bytes as base64),
 carry ``version`` so a bot and a worker from different releases refuse each other clearly,
 and hold plain data only.
+
+Large bytes (clips, representations) never ride the queue: above a size set in settings they
+are written to a blob store the bot and the workers share (``worker.blob_store``) and the message
+carries a ``BlobRef``, their hash and size. Every field that may be large is a ``Blob``: inline
+bytes or such a reference. Whoever reads one resolves it first; ``inline`` says so when not.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from game.history import MAX_WINDOW
 from game.instruction import parse
 from game.state import StateDeltas
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2  # 2: large bytes may be a BlobRef into the shared blob store
 TASK_NAME = "animegamer.generate_turn"
 
 # The label every place that shows a tiny-model clip must carry.
@@ -29,7 +34,41 @@ _WIRE = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64"
 class _Versioned(BaseModel):
     model_config = _WIRE
 
-    version: Literal[1] = CONTRACT_VERSION
+    version: Literal[2] = CONTRACT_VERSION
+
+    @model_validator(mode="before")
+    @classmethod
+    def _same_release(cls, data: object) -> object:
+        # Checked first, so a bot and a worker of different releases are told that, not which field differs.
+        if isinstance(data, dict) and data.get("version", CONTRACT_VERSION) != CONTRACT_VERSION:
+            raise ValueError(
+                f"a {cls.__name__} of contract version {data['version']} reached a side that speaks version "
+                f"{CONTRACT_VERSION}: run the bot and the workers from the same release"
+            )
+        return data
+
+
+class BlobRef(BaseModel):
+    """Bytes kept in the shared blob store instead of the message: the store finds them by hash and checks both."""
+
+    model_config = _WIRE
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+
+Blob = bytes | BlobRef  # inline bytes, or a reference the reader resolves through the blob store
+
+
+class UnresolvedBlob(ValueError):
+    """Bytes were needed where a reference still stood: a caller skipped the blob store."""
+
+
+def inline(blob: Blob, what: str) -> bytes:
+    """The bytes of a resolved blob; a reference here is a bug, said with what it was."""
+    if isinstance(blob, BlobRef):
+        raise UnresolvedBlob(f"{what} is still a blob reference ({blob.sha256[:12]}, {blob.size} B); resolve it first")
+    return blob
 
 
 class HistoryTurn(BaseModel):
@@ -38,7 +77,7 @@ class HistoryTurn(BaseModel):
     model_config = _WIRE
 
     instruction: str
-    representation: bytes = Field(description="safetensors bytes holding 'representation' [226, D]")
+    representation: Blob = Field(description="safetensors bytes holding 'representation' [226, D], or a reference")
     deltas: StateDeltas
 
 
@@ -61,8 +100,8 @@ class TurnResult(_Versioned):
     seed: int
     deltas: StateDeltas
     flow: float
-    mp4: bytes
-    representation: bytes
+    mp4: Blob
+    representation: Blob = Field(description="safetensors bytes (float16) holding 'representation', or a reference")
     num_frames: int
     height: int
     width: int

@@ -4,6 +4,10 @@ The pipeline lives on the Task instance, created once per worker process, so the
 loaded once per pool child, as it starts (``animegamer worker``), and never per task. torch is
 imported only when the pipeline is needed.
 
+Past turns' representations may arrive, and the clip and representation leave, by reference
+into the shared blob store (``worker.blob_store``); a blob that is missing or damaged fails the
+turn with a message naming the file.
+
 Before it computes anything the task takes the job's claim (``worker.control``): a turn that
 was cancelled, or that another delivery of the same message already holds or finished, is
 dropped with ``Ignore`` (nothing stored, the message acknowledged). While it runs, a heartbeat
@@ -29,6 +33,7 @@ from pydantic import ValidationError
 from animegamer.settings import get_settings
 from game.contract import TASK_NAME, TurnRequest
 from game.instruction import parse
+from worker.blob_store import BlobStore, store_for
 from worker.celery_app import RELEASE_MODEL, app, served_queues
 from worker.control import Claim, JobControl, control_for
 from worker.metrics import observe_turn
@@ -86,6 +91,7 @@ class PipelineTask(Task):
     _pipelines: dict[str, AnimeGamerPipeline] | None = None
     _heartbeat: Heartbeat | None = None
     _control: JobControl | None = None
+    _blobs: BlobStore | None = None
 
     @property
     def pipelines(self) -> dict[str, AnimeGamerPipeline]:
@@ -122,6 +128,12 @@ class PipelineTask(Task):
         return self._control
 
     @property
+    def blobs(self) -> BlobStore:
+        if self._blobs is None:
+            self._blobs = store_for(get_settings())
+        return self._blobs
+
+    @property
     def heartbeat(self) -> Heartbeat:
         """Started on first use in each process (a forked pool child gets a thread of its own)."""
         if self._heartbeat is None:
@@ -156,6 +168,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         raise Ignore()
     heartbeat.holding.add(task_id)
     log.info("job %s started (task %s)", turn.job_id, task_id)
+    turn = self.blobs.resolve_request(turn)  # BlobError names the file: the turn fails with it
 
     last_report = 0.0
 
@@ -183,7 +196,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         raise TurnTooLong(f"the turn ran past its soft time limit ({app.conf.task_soft_time_limit} s)") from None
     observe_turn(result.timings)
     log.info("job %s done in %.2fs", turn.job_id, sum(result.timings.values()))
-    return result.model_dump(mode="json")
+    return self.blobs.pack_result(result).model_dump(mode="json")
 
 
 def _cancelled(control: JobControl, task_id: str) -> bool:

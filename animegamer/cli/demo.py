@@ -96,7 +96,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     progress = bar_progress(steps, f"turn {number}: ")
                     request = game.request(instruction)
                     result = run_turn(
-                        app, request, game.queue(instruction), progress, worker, settings.task_time_limit + 60
+                        app,
+                        game.blobs,
+                        request,
+                        game.queue(instruction),
+                        progress,
+                        worker,
+                        settings.task_time_limit + 60,
                     )
                 clip = f"turn_{number:02d}.mp4"
                 write_atomically(out / clip, result.mp4)

@@ -88,7 +88,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             with tqdm(total=1, desc="queued", unit="step", leave=False) as bar:
                 try:
                     request, queue = game.request(instruction), game.queue(instruction)
-                    result = run_turn(app, request, queue, bar_progress(bar), worker, settings.task_time_limit + 60)
+                    result = run_turn(
+                        app, game.blobs, request, queue, bar_progress(bar), worker, settings.task_time_limit + 60
+                    )
                 except TurnFailed as exc:
                     print(exc)
                     if not worker.alive():

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from game.contract import CONTRACT_VERSION, HistoryTurn, TurnRequest, TurnResult
+from game.contract import CONTRACT_VERSION, BlobRef, HistoryTurn, TurnRequest, TurnResult, UnresolvedBlob, inline
 from game.history import past_turns_for
 from game.state import StateDeltas
 
@@ -44,8 +44,32 @@ def test_a_request_survives_json_with_its_history_bytes():
 def test_a_request_from_another_contract_version_is_refused():
     data = TurnRequest(job_id="1", instruction=LINE, seed=1).model_dump(mode="json")
     data["version"] = CONTRACT_VERSION + 1
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match="same release"):
         TurnRequest.model_validate(data)
+
+
+def test_a_request_of_the_first_contract_version_is_refused_as_another_release():
+    """Version 1 carried every blob inline; its workers cannot read references."""
+    data = TurnRequest(job_id="1", instruction=LINE, seed=1).model_dump(mode="json") | {"version": 1}
+    with pytest.raises(ValidationError, match="contract version 1 reached a side that speaks version 2"):
+        TurnRequest.model_validate(data)
+
+
+def test_a_past_representation_may_cross_as_a_blob_reference():
+    ref = BlobRef(sha256="0f" * 32, size=868_000)
+    history = [HistoryTurn(instruction=LINE, representation=ref, deltas=ZERO)]
+    request = TurnRequest(job_id="7", instruction=LINE, seed=3, history=history)
+    assert TurnRequest.model_validate(request.model_dump(mode="json")).history[0].representation == ref
+
+
+def test_a_blob_reference_names_a_sha256_and_nothing_else():
+    with pytest.raises(ValidationError):
+        BlobRef(sha256="../../etc/passwd", size=1)
+
+
+def test_bytes_are_needed_where_a_reference_still_stands_is_a_clear_error():
+    with pytest.raises(UnresolvedBlob, match="the clip is still a blob reference"):
+        inline(BlobRef(sha256="0f" * 32, size=1), "the clip")
 
 
 def test_a_result_survives_json_with_its_clip_bytes():

@@ -12,6 +12,7 @@ import pytest
 
 from game.contract import TASK_NAME, TurnRequest, TurnResult
 from tests.workers import Worker, redis_url_or_skip, settings_for, start_worker, worker_env
+from worker.blob_store import store_for
 from worker.celery_app import BrokerUnavailable, check_broker, make_celery
 from worker.pipeline.video import decode_mp4
 
@@ -33,10 +34,12 @@ def test_importing_the_celery_app_and_its_task_does_not_import_torch():
 @pytest.mark.slow
 @pytest.mark.parametrize("worker", ["sqlite_worker", "redis_worker"])
 def test_a_worker_completes_a_turn_sent_by_name(worker, request):
-    async_result = send_turn(request.getfixturevalue(worker), worker)
+    running: Worker = request.getfixturevalue(worker)
+    async_result = send_turn(running, worker)
     result = TurnResult.model_validate(async_result.get(timeout=120))
     assert result.job_id == async_result.id
-    assert decode_mp4(result.mp4).shape == (17, 64, 96, 3)
+    clip = store_for(settings_for(running.env)).read(result.mp4)  # larger than a message carries: by reference
+    assert decode_mp4(clip).shape == (17, 64, 96, 3)
 
 
 @pytest.mark.slow
