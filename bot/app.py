@@ -8,6 +8,7 @@ again after reconnects. The bot never imports torch: turns go to the workers by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -74,6 +75,9 @@ class AnimeGamerBot(commands.AutoShardedBot):
         await upgrade_async(self.settings.database_url)
         self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)
         self.sessions = make_sessionmaker(self.engine)
+        # SQLite has one writer at a time: turn submissions queue here, where waiting costs nothing and
+        # has no deadline, instead of in SQLite's busy handler, which gives up after db_busy_timeout.
+        self.submitting = asyncio.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)

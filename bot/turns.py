@@ -144,7 +144,7 @@ async def submit_turn(
     check_can_deliver(interaction)
     await defer_publicly(interaction)
 
-    async with bot.sessions() as session, session.begin():
+    async with bot.submitting, bot.sessions() as session, session.begin():
         settings = await check_may_play(session, guild_id, channel_id, user_id)
         character = await active_character(session, guild_id, user_id)
         if character is None:

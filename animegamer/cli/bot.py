@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from animegamer.settings import Settings
@@ -29,7 +30,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded queue's files and the clips live there
     bot = AnimeGamerBot(settings)
     try:
-        bot.run(settings.discord_token.get_secret_value(), root_logger=True)
+        # One handler, the CLI's: one line per event (discord.py's own would print each line twice, coloured).
+        logging.getLogger().setLevel(logging.INFO)
+        bot.run(settings.discord_token.get_secret_value(), log_handler=None)
     except discord.LoginFailure:
         print("Discord refused DISCORD_TOKEN: it is wrong or was reset; copy a fresh one.", file=sys.stderr)
         return 1
