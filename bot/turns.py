@@ -144,18 +144,25 @@ async def submit_turn(
     check_can_deliver(interaction)
     await defer_publicly(interaction)
 
-    async with bot.submitting, bot.sessions() as session, session.begin():
+    # Who, where and what: reads only, so they need no turn at the database's one writer.
+    async with bot.sessions() as session:
         settings = await check_may_play(session, guild_id, channel_id, user_id)
-        character = await active_character(session, guild_id, user_id)
-        if character is None:
+        found = await active_character(session, guild_id, user_id)
+        if found is None:
             raise Refusal("Pick your character first with /start.")
-        instruction = read_instruction(typed, character.name)
+        instruction = read_instruction(typed, found.name)
         check_served(bot, instruction.character)
-        await check_instruction(session, guild_id, instruction, character)
+        await check_instruction(session, guild_id, instruction, found)
+        each = await average_turn_seconds(session, ETA_GUESS_SECONDS.get(bot.settings.model, 60.0))
+
+    # What must be counted and written at once: the server's lock, its limits, the turn and its job.
+    async with bot.submitting, bot.sessions() as session, session.begin():
+        character = await session.get(Character, found.id)
+        if character is None or not character.is_active:  # switched or reset a moment ago
+            raise Refusal("Your character just changed; try /act again.")
         await check_capacity(session, settings, user_id, character)
         if story is not None:
             await check_story_turn(session, story, character)
-        each = await average_turn_seconds(session, ETA_GUESS_SECONDS.get(bot.settings.model, 60.0))
         turn, job = await create_turn(
             session,
             character,
