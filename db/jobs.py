@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, literal_column, select, update
+from sqlalchemy import ColumnElement, Select, and_, case, exists, func, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import QueryableAttribute, aliased, undefer
@@ -244,8 +244,14 @@ async def fail_job(session: AsyncSession, job_id: int, error: str) -> bool:
 
 
 async def cancel_job(session: AsyncSession, job_id: int) -> bool:
-    """A job in flight -> cancelled, so a result arriving later is never applied."""
-    return await _move(session, job_id, Event.CANCELLED, finished_at=utcnow(), deadline_at=None)
+    """A job in flight -> cancelled, so a result arriving later is never applied.
+
+    One never sent has no workers to tell: it counts as told now, so the supervisor's look for cancels
+    to mark (``cancels_to_mark``) never walks the pile of those.
+    """
+    now = utcnow()
+    told = case((Job.sent_at.is_(None), now), else_=Job.cancel_marked_at)
+    return await _move(session, job_id, Event.CANCELLED, finished_at=now, deadline_at=None, cancel_marked_at=told)
 
 
 async def expire_job(session: AsyncSession, job_id: int) -> bool:
@@ -434,22 +440,27 @@ async def jobs_to_send(session: AsyncSession, only: int | None = None) -> list[J
 
 async def cancels_to_mark(session: AsyncSession) -> list[JobInfo]:
     """Cancelled jobs that were sent but whose workers have not been told yet (the store was down)."""
-    stmt = (
-        _job_info_select()
-        .where(status_in(JobStatus.CANCELLED), Job.sent_at.is_not(None), Job.cancel_marked_at.is_(None))
-        .order_by(Job.id)
-    )
-    return [_job_info(row) for row in await session.execute(stmt)]
+    waiting = select(Job.id).where(status_in(JobStatus.CANCELLED), Job.cancel_marked_at.is_(None))
+    return await _few_jobs(session, waiting, Job.sent_at.is_not(None))
 
 
 async def jobs_to_post(session: AsyncSession) -> list[JobInfo]:
     """Jobs applied but not yet posted: the delivery posts these, also after a restart."""
-    stmt = (
-        _job_info_select()
-        .where(status_in(JobStatus.DONE), Job.result_message_id.is_(None), Job.applied_at.is_not(None))
-        .where(Job.channel_id.is_not(None))
-        .order_by(Job.id)
-    )
+    waiting = select(Job.id).where(status_in(JobStatus.DONE), Job.result_message_id.is_(None))
+    return await _few_jobs(session, waiting, Job.applied_at.is_not(None), Job.channel_id.is_not(None))
+
+
+async def _few_jobs(session: AsyncSession, ids: Select[Any], *more: ColumnElement[bool]) -> list[JobInfo]:
+    """The few jobs ``ids`` finds among all those ever made, found on the jobs table alone first.
+
+    Two round trips, not one join: PostgreSQL takes the two conditions (finished, not yet posted) as
+    independent and guessed thousands of rows for the few dozen there are, then read all of turns
+    to join them, each tick. Alone, the ids come from the index only; then the rows, by id.
+    """
+    found = list((await session.execute(ids)).scalars())
+    if not found:
+        return []
+    stmt = _job_info_select().where(Job.id.in_(found), *more).order_by(Job.id)
     return [_job_info(row) for row in await session.execute(stmt)]
 
 

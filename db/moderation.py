@@ -10,7 +10,7 @@ import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from db.base import utcnow
@@ -147,16 +147,21 @@ async def recent_audit(session: AsyncSession, guild_id: int, limit: int = 15) ->
 
 
 async def hold_guild(session: AsyncSession, guild_id: int) -> None:
-    """Lock the server's settings row until the transaction ends, so turns submitted at once in one server
-    are checked one after the other: the hourly quota and the server's queue cap count what the one
-    before committed, whichever bot or shard took it.
+    """Lock the server until the transaction ends, so turns submitted at once in one server are checked
+    one after the other: the hourly quota and the server's queue cap count what the one before
+    committed, whichever bot or shard took it.
 
-    PostgreSQL takes the row lock (FOR UPDATE; READ COMMITTED reads anew after it). SQLite ignores
-    FOR UPDATE, but there the transaction already holds the database's write lock from its first write
-    (the guild row's insert-or-ignore). One turn in flight per player needs no lock: a unique index
-    holds it (``db.jobs.create_turn``).
+    PostgreSQL locks the settings row (FOR UPDATE; READ COMMITTED reads anew after it). SQLite ignores
+    FOR UPDATE and takes its one writer's lock only at a transaction's first write, after the checks:
+    a write that changes nothing takes it here instead. One turn in flight per player needs no lock: a
+    unique index holds it (``db.jobs.create_turn``).
     """
-    await session.execute(select(GuildSettings.guild_id).where(GuildSettings.guild_id == guild_id).with_for_update())
+    if session.get_bind().dialect.name == "sqlite":
+        same = update(GuildSettings).where(GuildSettings.guild_id == guild_id).values(guild_id=GuildSettings.guild_id)
+        await session.execute(same)
+    else:
+        held = select(GuildSettings.guild_id).where(GuildSettings.guild_id == guild_id).with_for_update()
+        await session.execute(held)
 
 
 async def turns_in_last_hour(session: AsyncSession, guild_id: int, user_id: int) -> tuple[int, datetime | None]:

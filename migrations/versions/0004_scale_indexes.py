@@ -9,9 +9,11 @@ Written by hand:
   bots (or shards) racing to queue a turn for one player cannot both succeed. A database that
   already holds two in flight for a player (possible before: the rule was checked per character)
   keeps the oldest; the newer ones are cancelled first, and the supervisor tells their workers;
-- ``ix_jobs_guild_id_user_id_queued_at`` (the hourly quota), ``ix_jobs_to_post`` and
-  ``ix_jobs_cancels_to_mark`` (partial: the few rows the delivery and the supervisor look for each
-  tick, where ``(status, id)`` walked every finished job);
+- ``ix_jobs_guild_id_status_user_id`` (turns in flight: a server's, a player's),
+  ``ix_jobs_guild_id_user_id_queued_at`` (the hourly quota), ``ix_jobs_to_post`` and
+  ``ix_jobs_cancels_to_mark`` (the few rows the delivery and the supervisor look for each tick,
+  where ``(status, id)`` walked every finished job). A cancelled job that was never sent counts as
+  its workers told (there are none), so the cancels to mark stay few: existing ones are marked;
 - ``ix_turns_character_id`` becomes ``(character_id, id)``: newest turns first on PostgreSQL too;
 - ``ix_turns_with_representation`` and ``ix_turns_with_clip`` (partial): what retention has left
   to look at; ``turns.clip_expired_at`` records when retention deleted a turn's clip.
@@ -32,8 +34,6 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 IN_FLIGHT = "status IN ('queued', 'running')"
-TO_POST = "status IN ('done') AND result_message_id IS NULL"
-CANCELS_TO_MARK = "status IN ('cancelled') AND sent_at IS NOT NULL AND cancel_marked_at IS NULL"
 
 
 def _partial(where: str) -> dict[str, sa.TextClause]:
@@ -51,9 +51,25 @@ def upgrade() -> None:
     op.create_index(
         "uq_jobs_one_in_flight_per_player", "jobs", ["guild_id", "user_id"], unique=True, **_partial(IN_FLIGHT)
     )
+    op.execute(
+        "UPDATE jobs SET cancel_marked_at = COALESCE(finished_at, CURRENT_TIMESTAMP) "
+        "WHERE status = 'cancelled' AND sent_at IS NULL AND cancel_marked_at IS NULL"
+    )
+    op.create_index("ix_jobs_guild_id_status_user_id", "jobs", ["guild_id", "status", "user_id"])
     op.create_index("ix_jobs_guild_id_user_id_queued_at", "jobs", ["guild_id", "user_id", "queued_at"])
-    op.create_index("ix_jobs_to_post", "jobs", ["id"], **_partial(TO_POST))
-    op.create_index("ix_jobs_cancels_to_mark", "jobs", ["id"], **_partial(CANCELS_TO_MARK))
+    # Partial on PostgreSQL only (db.models says why).
+    op.create_index(
+        "ix_jobs_to_post",
+        "jobs",
+        ["status", "result_message_id", "id"],
+        postgresql_where=sa.text("status IN ('done') AND result_message_id IS NULL"),
+    )
+    op.create_index(
+        "ix_jobs_cancels_to_mark",
+        "jobs",
+        ["status", "cancel_marked_at", "id"],
+        postgresql_where=sa.text("status IN ('cancelled') AND cancel_marked_at IS NULL"),
+    )
 
     op.drop_index(op.f("ix_turns_character_id"), table_name="turns")
     op.create_index("ix_turns_character_id_id", "turns", ["character_id", "id"])
@@ -76,4 +92,5 @@ def downgrade() -> None:
     op.drop_index("ix_jobs_cancels_to_mark", table_name="jobs")
     op.drop_index("ix_jobs_to_post", table_name="jobs")
     op.drop_index("ix_jobs_guild_id_user_id_queued_at", table_name="jobs")
+    op.drop_index("ix_jobs_guild_id_status_user_id", table_name="jobs")
     op.drop_index("uq_jobs_one_in_flight_per_player", table_name="jobs")

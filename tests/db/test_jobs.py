@@ -109,6 +109,19 @@ async def test_a_send_keeps_the_deadline_the_player_was_given(sessions: Sessions
         assert abs((await s.get_one(Job, job_id)).deadline_at - promised) < timedelta(seconds=1)
 
 
+async def test_only_a_cancelled_job_that_was_sent_waits_for_its_workers_to_be_told(sessions: Sessions) -> None:
+    sent, unsent = [await _queue(sessions, await _character(sessions, user)) for user in (7, 8)]
+    async with sessions() as s, s.begin():
+        await j.mark_sent(s, sent, utcnow() + SOON)
+        assert await j.cancel_job(s, sent) and await j.cancel_job(s, unsent)
+    async with sessions() as s:
+        assert [job.id for job in await j.cancels_to_mark(s)] == [sent]
+    async with sessions() as s, s.begin():
+        await j.note_cancel_marked(s, sent)
+    async with sessions() as s:
+        assert await j.cancels_to_mark(s) == []
+
+
 async def test_a_handed_back_job_goes_back_to_the_outbox(sessions: Sessions) -> None:
     job_id = await _queue(sessions, await _character(sessions, 5))
     async with sessions() as s, s.begin():

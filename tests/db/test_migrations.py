@@ -123,8 +123,6 @@ PARTIAL_INDEXES = (
     "uq_stories_one_active_per_channel",
     "uq_characters_one_active_per_player",
     "uq_jobs_one_in_flight_per_player",
-    "ix_jobs_to_post",
-    "ix_jobs_cancels_to_mark",
     "ix_turns_with_representation",
     "ix_turns_with_clip",
 )
@@ -289,20 +287,23 @@ def test_revision_0004_keeps_each_players_oldest_turn_in_flight_and_cancels_the_
         # Player 5 switched characters while a turn was in flight (the rule was per character): two in flight.
         "INSERT INTO turns (id, character_id, instruction, seed, model, clip_path) VALUES "
         "(1, 1, 'a', 1, 'toy', 'clips/1.mp4'), (2, 2, 'b', 1, 'toy', NULL), (3, 3, 'c', 1, 'toy', NULL), "
-        "(4, 1, 'd', 1, 'toy', NULL)",
+        "(4, 1, 'd', 1, 'toy', NULL), (6, 3, 'f', 1, 'toy', NULL)",
         "INSERT INTO jobs (id, turn_id, task_id, kind, status, guild_id, user_id, sent_at) VALUES "
         "(1, 4, 't4', 'act', 'done', 1, 5, CURRENT_TIMESTAMP), (2, 1, 't1', 'act', 'queued', 1, 5, CURRENT_TIMESTAMP), "
-        "(3, 2, 't2', 'act', 'running', 1, 5, CURRENT_TIMESTAMP), (4, 3, 't3', 'act', 'queued', 1, 6, NULL)",
+        "(3, 2, 't2', 'act', 'running', 1, 5, CURRENT_TIMESTAMP), (4, 3, 't3', 'act', 'queued', 1, 6, NULL), "
+        "(6, 6, 't6', 'act', 'cancelled', 1, 6, NULL)",
     )
     upgrade(url)
-    rows = run_sql(url, "SELECT id, status, error IS NOT NULL, cancel_marked_at FROM jobs ORDER BY id")
-    assert rows == [
-        (1, "done", False, None),
-        (2, "queued", False, None),
-        (3, "cancelled", True, None),
-        (4, "queued", False, None),
+    rows = run_sql(url, "SELECT id, status, error IS NOT NULL, cancel_marked_at IS NOT NULL FROM jobs ORDER BY id")
+    # Job 3, cancelled after it was sent, waits for its workers to be told (the supervisor's cancel marks find
+    # it); job 6, cancelled before it was sent, has no workers to tell.
+    assert [(i, status, bool(error), bool(told)) for i, status, error, told in rows] == [
+        (1, "done", False, False),
+        (2, "queued", False, False),
+        (3, "cancelled", True, False),
+        (4, "queued", False, False),
+        (6, "cancelled", False, True),
     ]
-    # Cancelled after it was sent, its workers are still to be told: the supervisor's cancel marks find it.
     assert run_sql(url, "SELECT clip_path, clip_expired_at FROM turns WHERE id = 1") == [("clips/1.mp4", None)]
     run_sql(url, "INSERT INTO turns (id, character_id, instruction, seed, model) VALUES (5, 2, 'e', 1, 'toy')")
     with pytest.raises(IntegrityError):

@@ -17,7 +17,7 @@ from bot.turns import check_capacity
 from db import jobs as j
 from db import queries as q
 from db.engine import make_engine, make_sessionmaker
-from db.models import GuildSettings, Job, JobStatus
+from db.models import Character, GuildSettings, Job, JobStatus
 from game.errors import GameError, TurnInFlightError
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -93,11 +93,14 @@ async def test_the_database_alone_queues_one_turn_when_two_bots_queue_for_one_pl
 
 
 async def _submit(sessions: Sessions, user_id: int) -> int:
-    """The bot's own path (``bot.turns.submit_turn``'s transaction): settings, checks under the lock, the turn."""
+    """The bot's own path (``bot.turns.submit_turn``): the checks that only read, in a session of their own,
+    then one transaction for what must be counted and written at once."""
+    async with sessions() as s:
+        settings = await q.get_guild_settings(s, GUILD)
+        found = await q.active_character(s, GUILD, user_id)
+        assert found is not None
     async with sessions() as s, s.begin():
-        settings = await q.get_guild_settings(s, GUILD)  # on SQLite the first write: the write lock from here
-        character = await q.active_character(s, GUILD, user_id)
-        assert character is not None
+        character = await s.get_one(Character, found.id)
         await check_capacity(s, settings, user_id, character)
         _, job = await j.create_turn(
             s,
