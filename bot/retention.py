@@ -1,4 +1,4 @@
-"""Retention, once an interval: old turns' clips and representations (``db.retention``), the store's expired rows.
+"""Retention, once an interval: old turns' clips and representations (``db.retention``), old blobs, the store's rows.
 
 The settings are the bot's, not each server's: the disk and the database are the operator's, and
 one policy across a hundred servers is what an operator can promise and size for. A server's
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bot.background import Background
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FIRST_SWEEP_SECONDS = 60.0
+# Blobs only carry bytes across the queue; each is read within a turn's wait and run, or before the
+# result store forgets its result (a day). Two days is above both.
+BLOB_KEEP = timedelta(days=2)
 
 
 def retention_text(settings: Settings) -> str:
@@ -59,6 +63,10 @@ class Retention(Background):
             representation_days=settings.representation_retention_days,
             clip_days=settings.clip_retention_days,
         )
+        try:
+            await asyncio.to_thread(self.bot.supervisor.blobs.delete_older_than, BLOB_KEEP)
+        except OSError as exc:  # a blob folder we cannot list or delete in: next sweep
+            log.warning("retention: blob folder not cleaned (%s)", exc)
         try:
             purged = await self.bot.queue.clean_store()
             log.info("retention: result store cleaned (%d expired claims and cancel marks)", purged)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from sqlalchemy import update
 
 from animegamer.settings import Settings
 from bot.queue import TurnQueue
+from bot.retention import BLOB_KEEP
 from db.base import utcnow
 from db.models import Job, Turn
 from game.history import MAX_WINDOW
@@ -35,6 +38,16 @@ async def test_history_says_an_old_turns_clip_expired_once_retention_deleted_it(
     assert [line.endswith("(clip expired)") for line in lines] == [False] * MAX_WINDOW + [True]
     assert not clip_path(bot_settings, guild.id, jobs[0]).exists()
     assert all(clip_path(bot_settings, guild.id, job).exists() for job in jobs[1:])
+
+
+async def test_a_sweep_deletes_blobs_older_than_any_turn_can_wait_for_them(double, bot_settings, tmp_path):
+    async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)) as bot:
+        old, new = bot.supervisor.blobs.put(b"old representation"), bot.supervisor.blobs.put(b"new one")
+        long_ago = time.time() - (BLOB_KEEP + timedelta(hours=1)).total_seconds()
+        os.utime(bot.supervisor.blobs.path_for(old.sha256), (long_ago, long_ago))
+        await bot.retention.run_once()
+        assert not bot.supervisor.blobs.path_for(old.sha256).exists()
+        assert bot.supervisor.blobs.get(new) == b"new one"
 
 
 async def test_a_cancelled_turns_stored_result_is_forgotten_once_its_workers_are_told(double, bot_settings, tmp_path):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import undefer
@@ -326,3 +326,19 @@ async def test_build_history_for_a_character_is_its_completed_turns(
         history = await j.build_history(s, character, window=3)
     assert [h.representation for h in history] == [f"rep-{first}".encode(), f"rep-{second}".encode()]
     assert history[0].instruction == LINE and history[0].deltas.stamina == 1
+
+
+async def test_reading_turns_leaves_their_representations_in_the_database(
+    sessions: Sessions, make_result: MakeResult
+) -> None:
+    """A representation is 868 KB at the published sizes: only a prompt's history loads it."""
+    alice = await _character(sessions)
+    job_id = await _play(sessions, make_result, alice)
+    async with sessions() as s:
+        (listed,) = await q.recent_turns(s, alice)  # /history
+    async with sessions() as s:
+        _, turn, _ = await j.turn_of_job(s, job_id)  # the delivery, the buttons
+    async with sessions() as s:
+        (history,) = await j.build_history(s, await s.get_one(Character, alice), window=2)
+    assert "representation" in inspect(listed).unloaded and "representation" in inspect(turn).unloaded
+    assert history.representation == f"rep-{job_id}".encode()
