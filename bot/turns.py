@@ -30,6 +30,7 @@ from db.jobs import (
     create_turn,
     player_has_turn_in_flight,
     queue_position,
+    seconds_between_turns,
     set_job_messages,
     waits_for_story,
 )
@@ -154,6 +155,7 @@ async def submit_turn(
         check_served(bot, instruction.character)
         await check_instruction(session, guild_id, instruction, found)
         each = await average_turn_seconds(session, ETA_GUESS_SECONDS.get(bot.settings.model, 60.0))
+        gap = await seconds_between_turns(session, each)
 
     # What must be counted and written at once: the server's lock, its limits, the turn and its job.
     async with bot.submitting, bot.sessions() as session, session.begin():
@@ -177,7 +179,7 @@ async def submit_turn(
             user_id=user_id,
         )
         ahead = await queue_position(session, job.id) or 0
-        eta = timedelta(seconds=(ahead + 1) * each)
+        eta = timedelta(seconds=each + ahead * gap)  # its own turn, and one finish for each turn ahead
         if story is None or not await _waits(session, turn):
             job.deadline_at = utcnow() + bot.supervisor.limits.pickup_for(eta)
         job_id = job.id
@@ -185,7 +187,7 @@ async def submit_turn(
     log.info("job %s queued (guild %s, user %s)", job_id, guild_id, user_id)
     bot.supervisor.notices.remember(job_id, interaction)
     waiting = story is not None and job.deadline_at is None
-    text = queued_text(str(instruction), ahead, each, after_story_turn=waiting)
+    text = queued_text(str(instruction), ahead, each + ahead * gap, after_story_turn=waiting)
     try:
         message = await interaction.edit_original_response(content=text)
         interaction.extras.pop(PUBLIC_DEFER, None)  # filled: a refusal now would be a followup
@@ -264,10 +266,10 @@ async def check_story_turn(session: AsyncSession, story: Story, character: Chara
             raise Refusal(f"This story goes in turns; it is {due_name}'s turn.")
 
 
-def queued_text(instruction: str, ahead: int, seconds_each: float, *, after_story_turn: bool = False) -> str:
+def queued_text(instruction: str, ahead: int, eta_seconds: float, *, after_story_turn: bool = False) -> str:
     if after_story_turn:
         return f"🎬 {instruction}\nQueued after the story's turn being made now."
-    eta = int(time.time() + (ahead + 1) * seconds_each)
+    eta = int(time.time() + eta_seconds)
     place = "next in line" if ahead == 0 else f"{ahead} turn{'s' if ahead != 1 else ''} ahead"
     return f"🎬 {instruction}\nQueued, {place}; ready <t:{eta}:R>."
 

@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, case, exists, func, literal_column, select, update
@@ -530,6 +530,26 @@ async def queue_position(session: AsyncSession, job_id: int) -> int | None:
         )
     ).one()
     return turns_ahead(at_broker, mine_before, others)
+
+
+async def seconds_between_turns(session: AsyncSession, default: float) -> float:
+    """How often a turn finishes while turns are waiting: the mean gap between the last 20 finishes of the
+    past 10 minutes (``default`` with fewer than two). Each turn ahead in the queue adds one gap to an ETA.
+
+    A turn's own start-to-done time says nothing about this gap: it leaves out the time between turns, and
+    several workers finish turns in parallel. Under a burst of short turns the supervisor often sees a turn
+    start and end in the same tick, and ETAs built on it were so short that turns expired while waiting.
+    """
+    stmt = (
+        select(Job.finished_at)
+        .where(Job.status == JobStatus.DONE, Job.finished_at >= utcnow() - timedelta(minutes=10))
+        .order_by(Job.finished_at.desc())
+        .limit(20)
+    )
+    finished = [row for row in (await session.execute(stmt)).scalars() if row is not None]
+    if len(finished) < 2:
+        return default
+    return max((finished[0] - finished[-1]).total_seconds() / (len(finished) - 1), 0.01)
 
 
 async def average_turn_seconds(session: AsyncSession, default: float) -> float:

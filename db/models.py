@@ -391,6 +391,7 @@ class Job(Base):
         # otherwise took (status, id) and read every cancelled job.
         Index("ix_jobs_guild_id_status_user_id", "guild_id", "status", "user_id"),  # in flight: a server's, a player's
         Index("ix_jobs_guild_id_user_id_queued_at", "guild_id", "user_id", "queued_at"),  # the hourly quota
+        Index("ix_jobs_status_finished_at", "status", "finished_at"),  # the ETA: how often turns finish
         Index(  # finished, not yet posted
             "ix_jobs_to_post",
             "status",

@@ -10,7 +10,8 @@ Written by hand:
   already holds two in flight for a player (possible before: the rule was checked per character)
   keeps the oldest; the newer ones are cancelled first, and the supervisor tells their workers;
 - ``ix_jobs_guild_id_status_user_id`` (turns in flight: a server's, a player's),
-  ``ix_jobs_guild_id_user_id_queued_at`` (the hourly quota), ``ix_jobs_to_post`` and
+  ``ix_jobs_guild_id_user_id_queued_at`` (the hourly quota), ``ix_jobs_status_finished_at`` (how
+  often turns finish, for ETAs), ``ix_jobs_to_post`` and
   ``ix_jobs_cancels_to_mark`` (the few rows the delivery and the supervisor look for each tick,
   where ``(status, id)`` walked every finished job). A cancelled job that was never sent counts as
   its workers told (there are none), so the cancels to mark stay few: existing ones are marked;
@@ -57,6 +58,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_jobs_guild_id_status_user_id", "jobs", ["guild_id", "status", "user_id"])
     op.create_index("ix_jobs_guild_id_user_id_queued_at", "jobs", ["guild_id", "user_id", "queued_at"])
+    op.create_index("ix_jobs_status_finished_at", "jobs", ["status", "finished_at"])
     # Partial on PostgreSQL only (db.models says why).
     op.create_index(
         "ix_jobs_to_post",
@@ -91,6 +93,7 @@ def downgrade() -> None:
 
     op.drop_index("ix_jobs_cancels_to_mark", table_name="jobs")
     op.drop_index("ix_jobs_to_post", table_name="jobs")
+    op.drop_index("ix_jobs_status_finished_at", table_name="jobs")
     op.drop_index("ix_jobs_guild_id_user_id_queued_at", table_name="jobs")
     op.drop_index("ix_jobs_guild_id_status_user_id", table_name="jobs")
     op.drop_index("uq_jobs_one_in_flight_per_player", table_name="jobs")

@@ -180,3 +180,29 @@ async def test_reset_keeps_the_players_story_turns_as_a_former_players(sessions:
         remaining = (await s.execute(select(Turn.id, Turn.character_id))).all()
     assert [name for _, name in turns] == [q.FORMER_PLAYER]
     assert len(remaining) == 1 and remaining[0][1] is None  # the solo turn is forgotten, the story's is kept
+
+
+async def test_an_eta_grows_by_how_often_turns_finish_not_by_how_long_one_runs(sessions: Sessions) -> None:
+    now = utcnow()
+    finishes = [now - timedelta(seconds=s) for s in (0, 2, 4, 6)] + [now - timedelta(hours=1)]
+    for user, finished in enumerate(finishes):
+        job = await _queue(sessions, await _character(sessions, 100 + user))
+        async with sessions() as session, session.begin():
+            await session.execute(
+                update(Job)
+                .where(Job.id == job)
+                .values(status=JobStatus.DONE, started_at=finished - timedelta(seconds=0.1), finished_at=finished)
+            )
+    async with sessions() as session:
+        gap = await j.seconds_between_turns(session, default=60.0)
+        one_turn = await j.average_turn_seconds(session, default=60.0)
+    assert gap == pytest.approx(2.0)  # the hour-old finish is not part of today's pace
+    assert one_turn == pytest.approx(0.1)
+
+
+async def test_with_fewer_than_two_recent_finishes_the_eta_uses_the_default(sessions: Sessions) -> None:
+    job = await _queue(sessions, await _character(sessions, 7))
+    async with sessions() as session, session.begin():
+        await session.execute(update(Job).where(Job.id == job).values(status=JobStatus.DONE, finished_at=utcnow()))
+    async with sessions() as session:
+        assert await j.seconds_between_turns(session, default=42.0) == 42.0

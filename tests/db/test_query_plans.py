@@ -280,6 +280,7 @@ HOT: dict[str, Call] = {
     "member_of_story": lambda s, f: q.member_of_story(s, f.story, f.character),
     "next_in_turn": lambda s, f: _next_in_turn(s, f),
     "average_turn_seconds": lambda s, f: j.average_turn_seconds(s, 60.0),
+    "seconds_between_turns": lambda s, f: j.seconds_between_turns(s, 60.0),
     "create_turn": _create_turn,
     "queue_position_unsent": lambda s, f: j.queue_position(s, f.queued_job),
     "queue_position_sent": lambda s, f: j.queue_position(s, f.sent_job),
