@@ -109,7 +109,8 @@ async def bare(folder: Path, players: int) -> list[float]:
 
 async def ours(world: World, folder: Path, row: Row, arrivals: str = "burst", **settings: str) -> Row:
     guilds, players = crowd(row.players, max(1, row.players // PLAYERS_PER_SERVER))
-    database = folder / f"{row.what}-{row.players}-{row.workers}" / "game.db"
+    # A database of the run's own: one the bot has used would not sync its commands to this fresh double.
+    database = Path(tempfile.mkdtemp(prefix=f"{row.what}-{row.players}-{row.workers}-", dir=folder)) / "game.db"
     async with DiscordDouble(guilds, strict=True) as double:
         bot = BotProcess(bot_argv(), world.bot_env(double, database, **settings), database.parent / "bot.log")
         bot.start()
