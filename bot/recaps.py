@@ -25,6 +25,11 @@ logger = logging.getLogger(__name__)
 TOO_LARGE = ".toolarge"  # a version that does not fit even re-encoded: remembered, so it is not encoded again
 
 
+def folder_in(data_dir: Path) -> Path:
+    """Where the bot keeps recap files: /story recap makes them, /story end and /admin purge delete them."""
+    return data_dir / "recaps"
+
+
 def _stem(story_id: int) -> str:
     return f"story_{story_id}_"
 

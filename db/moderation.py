@@ -186,6 +186,18 @@ async def queued_in_guild(session: AsyncSession, guild_id: int) -> int:
     return (await session.execute(stmt)).scalar_one()
 
 
+async def stories_of_player(session: AsyncSession, guild_id: int, user_id: int) -> list[int]:
+    """The stories a player's turns are part of: their recaps show those turns."""
+    stmt = (
+        select(Turn.story_id)
+        .join(Character, Turn.character_id == Character.id)
+        .join(Player, Character.player_id == Player.id)
+        .where(Player.guild_id == guild_id, Player.user_id == user_id, Turn.story_id.is_not(None))
+        .distinct()
+    )
+    return list((await session.execute(stmt)).scalars())
+
+
 async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> list[str]:
     """Delete a player's characters, turns and jobs (privacy); returns the clip files to delete.
 

@@ -175,6 +175,19 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
     assert len(list(recaps.iterdir())) == 1
 
 
+async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(
+    double, bot_settings, sqlite_worker, tmp_path
+):
+    recaps = bot_settings.data_dir / "recaps"
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await begin_story(double)
+        await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=3))
+        await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+        assert list(recaps.iterdir())
+        await (await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)).answer()
+        await double.wait_until(lambda: not list(recaps.iterdir()), 10, "the kept recap to be deleted")
+
+
 async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(
     double, bot_settings, sqlite_worker, tmp_path
 ):

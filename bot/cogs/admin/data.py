@@ -12,6 +12,7 @@ from discord import app_commands
 
 from bot.errors import fill
 from bot.queue import QueueUnavailable
+from bot.recaps import folder_in, forget
 from bot.retention import retention_text
 from db import moderation
 from db.jobs import user_jobs_in_flight
@@ -50,9 +51,12 @@ class DataCommands:
     async def purge(self, interaction: discord.Interaction, user: discord.User) -> None:
         async with self.bot.sessions() as session, session.begin():
             in_flight = await user_jobs_in_flight(session, interaction.guild_id, user.id)
+            stories = await moderation.stories_of_player(session, interaction.guild_id, user.id)
             clips = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
         deleted = await asyncio.to_thread(_delete_files, clips)
+        for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
+            await asyncio.to_thread(forget, folder_in(self.bot.settings.data_dir), story_id)
         await fill(
             interaction, f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
         )

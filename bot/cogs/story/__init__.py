@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.clips import ClipTooLarge
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
-from bot.recaps import forget, recap_file
+from bot.recaps import folder_in, forget, recap_file
 from bot.turns import TurnInput, check_may_play, submit_turn
 from db.models import JobKind, Story, Turn, TurnOrder
 from db.queries import (
@@ -119,7 +119,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
 
     @property
     def _recaps(self) -> Path:
-        return self.bot.settings.data_dir / "recaps"
+        return folder_in(self.bot.settings.data_dir)
 
     def _check_recap_allowed(self, story_id: int) -> None:
         """One recap per story per cooldown: a long story's first recap is a minute of CPU."""
