@@ -112,6 +112,7 @@ class Supervisor(Background):
         self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it, as they announce themselves
         self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
         self._backlog: Counter[str] = Counter()  # queue -> turns waiting here for room at the broker
+        self._sending = asyncio.Lock()  # the outbox's tick and the submissions' own sends, one at a time
 
     async def _run(self) -> None:
         poll = self.bot.settings.delivery_poll_seconds
@@ -132,7 +133,7 @@ class Supervisor(Background):
             to_mark = await cancels_to_mark(session)
             self._seconds_each = await average_turn_seconds(session, self._seconds_each)
             in_flight = await jobs_in_flight(session)
-        await self.send_in_turn(to_send, in_flight)
+        await self.send_in_turn(to_send)
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
@@ -174,24 +175,34 @@ class Supervisor(Background):
 
     # -- the outbox --------------------------------------------------------------------------------
 
-    async def send_in_turn(self, waiting: list[JobInfo], in_flight: list[JobInfo]) -> None:
-        """Fill each queue's window at the broker from the backlog, in the fair order (or first come, first served)."""
-        self._at_broker = Counter(
-            self.queue_of(job) for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is not None
-        )
-        by_queue: dict[str, list[JobInfo]] = {}
-        for job in waiting:
-            by_queue.setdefault(self.queue_of(job), []).append(job)
-        self._backlog = Counter({queue: len(jobs) for queue, jobs in by_queue.items()})
-        for queue, jobs in by_queue.items():
-            # A running turn and a sent one both hold the workers: that is the server's share in service.
-            in_service = Counter(
-                job.guild_id for job in in_flight if job.sent_at is not None and self.queue_of(job) == queue
+    async def send_in_turn(self, waiting: list[JobInfo]) -> None:
+        """Fill each queue's window at the broker from the backlog, in the fair order (or first come, first served).
+
+        Under the sending lock, with the jobs in flight read again there: a submission's own send
+        (``send_now``) may have taken a place since ``waiting`` was read.
+        """
+        async with self._sending:
+            async with self.bot.sessions() as session:
+                in_flight = await jobs_in_flight(session)
+            unsent = {job.id for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is None}
+            self._at_broker = Counter(
+                self.queue_of(job) for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is not None
             )
-            candidates = [Waiting(job.id, job.guild_id, job) for job in jobs]
-            ordered = fair_order(candidates, in_service) if self.bot.settings.fair_queue else fifo_order(candidates)
-            for turn in ordered[: max(0, self.room(queue))]:
-                await self._guarded(turn.item, self.send(turn.item))
+            by_queue: dict[str, list[JobInfo]] = {}
+            for job in waiting:
+                if job.id in unsent:
+                    by_queue.setdefault(self.queue_of(job), []).append(job)
+            self._backlog = Counter({queue: len(jobs) for queue, jobs in by_queue.items()})
+            for queue, jobs in by_queue.items():
+                # A running turn and a sent one both hold the workers: that is the server's share in service.
+                in_service = Counter(
+                    job.guild_id for job in in_flight if job.sent_at is not None and self.queue_of(job) == queue
+                )
+                candidates = [Waiting(job.id, job.guild_id, job) for job in jobs]
+                fair = self.bot.settings.fair_queue
+                ordered = fair_order(candidates, in_service) if fair else fifo_order(candidates)
+                for turn in ordered[: max(0, self.room(queue))]:
+                    await self._guarded(turn.item, self.send(turn.item))
 
     async def send(self, job: JobInfo) -> bool:
         """Hand a committed job's task to the broker; False (and tried again next tick) if it is down."""
@@ -223,14 +234,15 @@ class Supervisor(Background):
             ready = await jobs_to_send(session, only=job_id)
         for job in ready:
             queue = self.queue_of(job)
-            if self.room(queue) <= 0 or self._backlog[queue] > 0:
-                self._backlog[queue] += 1
-                return True
-            try:
-                return await self.send(job)
-            except Exception:
-                log.exception("job %s: not sent at submission; the outbox will send it", job_id)
-                return False
+            async with self._sending:  # one sender at a time: the window's count stays true
+                if self.room(queue) <= 0 or self._backlog[queue] > 0:
+                    self._backlog[queue] += 1
+                    return True
+                try:
+                    return await self.send(job)
+                except Exception:
+                    log.exception("job %s: not sent at submission; the outbox will send it", job_id)
+                    return False
         return True
 
     async def _request(self, job: JobInfo) -> tuple[TurnRequest, str]:
