@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from game.contract import RANDOM_WEIGHTS_LABEL, TOY_LABEL
+from game.contract import TOY_LABEL, is_random_weights
 from game.state import CharacterState, StateDeltas, stat_colour
 
 _COLOURS = {"red": "#e5484d", "yellow": "#f5d90a", "green": "#46a758"}
@@ -28,7 +28,7 @@ class StoryRow:
 
 def render_story(rows: list[StoryRow], *, title: str, model: str, label: str, status: str) -> str:
     warning = ""
-    if label == RANDOM_WEIGHTS_LABEL:
+    if is_random_weights(label):
         warning = f'<p class="label">{escape(label)}: these clips are noise, not results.</p>'
     elif label == TOY_LABEL:
         warning = (

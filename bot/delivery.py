@@ -42,7 +42,6 @@ from db.jobs import (
     set_job_messages,
     turn_of_job,
 )
-from game.contract import RANDOM_WEIGHTS_LABEL, TOY_LABEL
 from game.state import CharacterState, StateDeltas
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ class Delivery:
             entertainment=turn.d_entertainment or 0,
             stamina=turn.d_stamina or 0,
         )
-        label = {"tiny": RANDOM_WEIGHTS_LABEL, "toy": TOY_LABEL}.get(turn.model, "")
+        label = turn.label or ""  # the worker's word on its model, not the bot's setting
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""
         try:

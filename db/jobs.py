@@ -323,6 +323,7 @@ async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, c
     turn.representation = inline(result.representation, "the result's representation")  # resolved by the caller
     turn.clip_path = clip_path
     turn.timings = json.dumps(result.timings)
+    turn.label = result.label[:100]
     await session.flush()
     return True
 

@@ -350,6 +350,8 @@ class Turn(Base):
     model_key: Mapped[str | None] = mapped_column(String(100))
     # When retention deleted the clip (clip_path is NULL from then on), so /history can say so (revision 0004).
     clip_expired_at: Mapped[Timestamp | None]
+    # What a viewer must be told about the model that made it, as the worker's result said (revision 0005).
+    label: Mapped[str | None] = mapped_column(String(100))
 
     character: Mapped[Character | None] = relationship(back_populates="turns", lazy="raise_on_sql")
     story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")

@@ -26,7 +26,14 @@ TASK_NAME = "animegamer.generate_turn"
 
 # The label every place that shows a tiny-model clip must carry.
 RANDOM_WEIGHTS_LABEL = "tiny model, random weights"
+FULL_RANDOM_WEIGHTS_LABEL = "full-size model, random weights"  # worker.pipeline.config.full
 TOY_LABEL = "toy model, trained on the toy world"  # worker.pipeline.toy: drawn clips, not anime
+
+
+def is_random_weights(label: str) -> bool:
+    """Whether a clip's label says its model was never trained: its clips are noise, and every viewer is told."""
+    return "random weights" in label
+
 
 _WIRE = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64", extra="forbid")
 

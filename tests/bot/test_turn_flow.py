@@ -10,9 +10,13 @@ import av
 import pytest
 from sqlalchemy import select
 
+from db.jobs import apply_result, create_turn
 from db.models import Character, Job, JobStatus, Turn
+from db.queries import get_or_create_character
+from game.contract import FULL_RANDOM_WEIGHTS_LABEL, TurnResult
+from game.state import StateDeltas
 from tests.bot.conftest import read_db, running_bot, wait_for_db
-from tests.bot.helpers import accepted, shown
+from tests.bot.helpers import accepted, db_session, shown
 from tests.discord_double import member
 
 pytestmark = pytest.mark.slow
@@ -121,3 +125,32 @@ async def test_queue_lists_the_turn_and_cancel_stops_it_changing_the_character(d
     )
     assert (stamina, social, entertainment) == (50, 50, 50)
     assert not [c for c in double.calls_to("POST", r"/channels/\d+/messages") if c.files]
+
+
+async def test_a_finished_turn_is_posted_with_the_label_its_worker_gave_it(double, bot_settings, sqlite_worker):
+    """Random weights at the published sizes (model "full") were posted unlabelled: the label came from a
+    table of model names instead of the worker's result."""
+    guild, channel = double.guild, double.guild.channel
+    async with running_bot(double, bot_settings, sqlite_worker):
+        async with db_session(bot_settings) as session:
+            played = await get_or_create_character(session, guild.id, ALICE.id, "Qiqi")
+            _, job = await create_turn(
+                session, played, LINE, 7, "full", guild_id=guild.id, channel_id=channel.id, user_id=ALICE.id
+            )
+            result = TurnResult(
+                job_id=str(job.id),
+                model="full",
+                label=FULL_RANDOM_WEIGHTS_LABEL,
+                seed=7,
+                deltas=StateDeltas(motion=1, social=1, entertainment=1, stamina=-1),
+                flow=0.5,
+                mp4=b"",
+                representation=b"rep",
+                num_frames=1,
+                height=8,
+                width=8,
+                fps=8,
+            )
+            assert await apply_result(session, job.id, result, None)
+        post = await double.wait_for("POST", rf"/channels/{channel.id}/messages", timeout=30)
+    assert FULL_RANDOM_WEIGHTS_LABEL in post.json["embeds"][0]["footer"]["text"]

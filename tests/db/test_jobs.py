@@ -206,3 +206,15 @@ async def test_with_fewer_than_two_recent_finishes_the_eta_uses_the_default(sess
         await session.execute(update(Job).where(Job.id == job).values(status=JobStatus.DONE, finished_at=utcnow()))
     async with sessions() as session:
         assert await j.seconds_between_turns(session, default=42.0) == 42.0
+
+
+async def test_a_turn_keeps_the_label_its_workers_result_gave_whatever_the_model_name(
+    sessions: Sessions, make_result
+) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 9))  # queued as model "tiny"
+    result = make_result(job_id).model_copy(update={"model": "full", "label": "full-size model, random weights"})
+    async with sessions() as s, s.begin():
+        assert await j.apply_result(s, job_id, result, None)
+    async with sessions() as s:
+        turn = (await s.execute(select(Turn).join(Job, Job.turn_id == Turn.id).where(Job.id == job_id))).scalar_one()
+    assert turn.label == "full-size model, random weights"

@@ -142,7 +142,7 @@ async def _create_all(url: str) -> None:
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0004"
+    assert head_revision() == "0005"
     assert await current_revision(db_url) == head_revision()
 
 
@@ -312,3 +312,23 @@ def test_revision_0004_keeps_each_players_oldest_turn_in_flight_and_cancels_the_
             "INSERT INTO jobs (id, turn_id, task_id, kind, status, guild_id, user_id) "
             "VALUES (5, 5, 't5', 'act', 'queued', 1, 5)",
         )
+
+
+def test_revision_0005_labels_earlier_turns_by_the_model_that_made_them(new_db_url: Callable[[], str]) -> None:
+    url = new_db_url()
+    upgrade(url, "0004")
+    run_sql(
+        url,
+        "INSERT INTO guilds (id, name) VALUES (1, 'g')",
+        "INSERT INTO players (id, guild_id, user_id) VALUES (1, 1, 5)",
+        "INSERT INTO characters (id, player_id, name, is_active) VALUES (1, 1, 'Qiqi', TRUE)",
+        "INSERT INTO turns (id, character_id, instruction, seed, model) VALUES "
+        "(1, 1, 'a', 1, 'tiny'), (2, 1, 'b', 1, 'full'), (3, 1, 'c', 1, 'toy'), (4, 1, 'd', 1, 'animegamer')",
+    )
+    upgrade(url)
+    assert run_sql(url, "SELECT id, label FROM turns ORDER BY id") == [
+        (1, "tiny model, random weights"),
+        (2, "full-size model, random weights"),
+        (3, "toy model, trained on the toy world"),
+        (4, None),
+    ]

@@ -114,7 +114,7 @@ class PipelineConfig:
 
 def full() -> PipelineConfig:
     """The published sizes: Mistral-7B MLLM, CogVideoX-2B decoder, 17 frames at 480x720."""
-    return PipelineConfig(name="full")
+    return PipelineConfig(name="full", label="full-size model, random weights")  # game.contract's label
 
 
 def tiny() -> PipelineConfig:
