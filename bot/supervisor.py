@@ -61,7 +61,7 @@ from db.jobs import (
     requeue,
     update_progress,
 )
-from db.models import Character, GuildSettings, Story, Turn
+from db.models import Character, GuildSettings, Job, Story, Turn
 from game.contract import TurnRequest, TurnResult, inline
 from game.history import DEFAULT_WINDOW
 from game.instruction import parse
@@ -219,7 +219,14 @@ class Supervisor(Background):
         self._at_broker[queue] += 1
         self._backlog[queue] = max(0, self._backlog[queue] - 1)
         async with self.bot.sessions() as session, session.begin():
-            await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
+            recorded = await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
+            status = None if recorded else (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
+        if not recorded and status in (None, JobStatus.CANCELLED):
+            # Cancelled (or purged) while its task went out: /cancel saw it unsent and told no worker.
+            log.info("job %s was cancelled while it was being sent; telling its workers", job.id)
+            with contextlib.suppress(QueueUnavailable):
+                await self.bot.queue.cancel(job.task_id)
+            return True
         log.info("job %s sent to %s", job.id, queue)
         return True
 
