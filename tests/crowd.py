@@ -16,8 +16,6 @@ double exactly as Discord sends interactions, and everything is counted from out
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import random
 import re
 import signal
@@ -234,13 +232,12 @@ async def steady(
     double: DiscordDouble, players: Sequence[Player], rate: float, seconds: float, seed: int = 1
 ) -> list[InteractionHandle]:
     """Players act one at a time, ``rate`` a second on average (Poisson arrivals), for ``seconds``."""
-    rng, handles, tasks = random.Random(seed), [], []
+    rng, tasks = random.Random(seed), []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         tasks.append(asyncio.create_task(act(double, rng.choice(players))))
         await asyncio.sleep(rng.expovariate(rate))
-    handles = list(await asyncio.gather(*tasks))
-    return handles
+    return list(await asyncio.gather(*tasks))
 
 
 class Prober:
@@ -387,20 +384,3 @@ def first_answer_seconds(handles: Iterable[InteractionHandle]) -> list[float]:
 
 def late(handles: Iterable[InteractionHandle]) -> int:
     return sum(h.late for h in handles)
-
-
-@contextlib.contextmanager
-def quiet_logs() -> object:
-    """discord.py warns about voice support once per client; a benchmark's output is its table."""
-    import logging
-
-    previous = logging.getLogger("discord").level
-    logging.getLogger("discord").setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logging.getLogger("discord").setLevel(previous)
-
-
-def env_without_animegamer() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
