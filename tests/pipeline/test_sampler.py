@@ -17,6 +17,7 @@ from worker.pipeline.config import tiny
 from worker.pipeline.sampler import (
     DPMSolverSDESampler,
     guidance_weight,
+    quantize_alphas_cumprod,
     release_alphas_cumprod,
     sampling_alphas_cumprod,
     sampling_timesteps,
@@ -35,6 +36,21 @@ def _np_shifted(shift: float = 3.0) -> np.ndarray:
 def _np_zero_snr(a: np.ndarray) -> np.ndarray:
     s = np.sqrt(a)
     return ((s - s[-1]) * s[0] / (s[0] - s[-1])) ** 2
+
+
+def _np_release_sqrt_alphas(timesteps: list[int] | None = None) -> np.ndarray:
+    """sqrt(alpha) the way the release's discretisation makes it: the float64 table cast to float32, square-rooted
+    and rescaled in float32, over the whole table (ascending t) or over `timesteps` only (in their order)."""
+    a = _np_shifted() if timesteps is None else _np_shifted()[sorted(timesteps)]
+    s = np.sqrt(a.astype(np.float32))
+    s = (s - s[-1]) * (s[0] / (s[0] - s[-1]))
+    return s if timesteps is None else s[np.argsort(np.argsort(timesteps))]
+
+
+def _np_denoiser_sqrt_alphas(timesteps: list[int]) -> np.ndarray:
+    """The release denoiser's c_skip per step: the sampler's sqrt(alpha) moved to the nearest 1000-table entry."""
+    table = _np_release_sqrt_alphas()
+    return table[np.abs(_np_release_sqrt_alphas(timesteps)[:, None] - table[None, :]).argmin(axis=1)]
 
 
 # --- schedule ---------------------------------------------------------------------------------------------------
@@ -107,13 +123,60 @@ def test_release_guidance_jumps_between_about_1_and_7() -> None:
 
 
 def test_unknown_guidance_mode_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown guidance mode"):
+    with pytest.raises(ValueError, match="unknown numerics"):
         guidance_weight(0, 999, 50, mode="linear")  # type: ignore[arg-type]
 
 
+def test_a_sampler_of_unknown_numerics_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown numerics 'exact'"):
+        DPMSolverSDESampler(replace(SAMPLER, numerics="exact"))  # type: ignore[arg-type]
+
+
 def test_sampler_guidance_uses_the_configured_mode() -> None:
-    sampler = DPMSolverSDESampler(replace(SAMPLER, guidance_mode="release"))
+    sampler = DPMSolverSDESampler(replace(SAMPLER, numerics="release"))
     assert sampler.guidance(3) == guidance_weight(3, sampler.timesteps[3], 50, mode="release")
+
+
+# --- the denoiser's alphas -----------------------------------------------------------------------------------------
+
+
+def test_release_numerics_round_x0s_alphas_to_the_1000_step_table() -> None:
+    sampler = DPMSolverSDESampler(replace(SAMPLER, numerics="release"))
+    expected = _np_denoiser_sqrt_alphas(sampler.timesteps)
+    np.testing.assert_allclose(sampler.denoiser_alphas_cumprod.sqrt().numpy(), expected, rtol=1e-6, atol=1e-7)
+    # the nearest entry is t itself down to t = 179 and t - 1 below, where the rescales drift apart the most
+    table = np.sqrt(release_alphas_cumprod().numpy())
+    nearest = [int(np.abs(table - value).argmin()) for value in expected]
+    assert nearest == [t if t >= 179 else t - 1 for t in sampler.timesteps]
+
+
+def test_intended_numerics_form_x0_with_the_schedules_own_alphas() -> None:
+    sampler = DPMSolverSDESampler(SAMPLER)
+    assert torch.equal(sampler.denoiser_alphas_cumprod, sampler.alphas_cumprod)
+
+
+def test_quantize_rounds_in_sqrt_alpha_and_breaks_ties_to_the_smaller_timestep() -> None:
+    table = torch.tensor([0.5625, 0.25, 0.0625], dtype=torch.float64)  # sqrt: 0.75, 0.5, 0.25, all exact
+    # in the table; sqrt 0.625, exactly halfway; sqrt 0.63, nearer 0.75 in sqrt but nearer 0.25 in alpha
+    probe = torch.tensor([0.25, 0.625**2, 0.63**2], dtype=torch.float64)
+    expected = torch.tensor([0.25, 0.5625, 0.5625], dtype=torch.float64)
+    torch.testing.assert_close(quantize_alphas_cumprod(probe, table), expected, rtol=0, atol=0)
+
+
+def test_release_numerics_return_the_last_x0_from_the_rounded_alpha() -> None:
+    sampler = DPMSolverSDESampler(replace(SAMPLER, numerics="release"))
+    seen: dict[int, torch.Tensor] = {}
+
+    def predict(x: torch.Tensor, timestep: int, step_index: int) -> torch.Tensor:
+        seen[step_index] = x.clone()
+        return torch.cos(x)
+
+    noise = torch.randn(2, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    out = sampler.sample(predict, noise, torch.Generator().manual_seed(9)).numpy()
+    x = seen[49].numpy()
+    c_skip = float(_np_denoiser_sqrt_alphas(sampler.timesteps)[-1])  # the 1000-table's entry 18, not the run's 19
+    c_out = -math.sqrt(1.0 - c_skip**2)
+    np.testing.assert_allclose(out, c_skip * x + c_out * np.cos(x), rtol=0, atol=1e-6)
 
 
 # --- the loop ---------------------------------------------------------------------------------------------------
@@ -179,20 +242,22 @@ def test_raising_from_the_callback_cancels_the_run() -> None:
     assert seen == [0, 1, 2, 3]
 
 
-def test_steps_follow_the_sde_update_computed_independently() -> None:
+@pytest.mark.parametrize("numerics", ["intended", "release"])
+def test_steps_follow_the_sde_update_computed_independently(numerics: str) -> None:
     n = 4
-    sampler = DPMSolverSDESampler(replace(SAMPLER, num_steps=n))
+    sampler = DPMSolverSDESampler(replace(SAMPLER, num_steps=n, numerics=numerics))  # type: ignore[arg-type]
     noise = torch.randn(2, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     predict = lambda x, t, i: torch.sin(x) + 0.1 * i  # noqa: E731 - any deterministic model will do
     out = sampler.sample(predict, noise, torch.Generator().manual_seed(6))
 
-    # numpy reference: same formulas, same noise stream
+    # numpy reference: same formulas, same noise stream; the release rounds only x0's alpha (749 -> 745 and so on)
     a = sampling_alphas_cumprod(sampling_timesteps(n)).numpy()
+    a_x0 = a if numerics == "intended" else _np_denoiser_sqrt_alphas(sampling_timesteps(n)).astype(np.float64) ** 2
     lam = [-np.inf if ai == 0 else np.log(np.sqrt(ai / (1 - ai))) for ai in a]
     g = torch.Generator().manual_seed(6)
     x, x0_prev, h_prev = noise.numpy().copy(), None, None
     for i in range(n):
-        x0 = np.sqrt(a[i]) * x - np.sqrt(1 - a[i]) * (np.sin(x) + 0.1 * i)
+        x0 = np.sqrt(a_x0[i]) * x - np.sqrt(1 - a_x0[i]) * (np.sin(x) + 0.1 * i)
         if i == n - 1:
             x = x0
             break
@@ -209,7 +274,8 @@ def test_steps_follow_the_sde_update_computed_independently() -> None:
             + np.sqrt(1 - a[i + 1]) * np.sqrt(-np.expm1(-2 * h)) * z
         )
         x0_prev, h_prev = x0, h
-    np.testing.assert_allclose(out.numpy(), x, rtol=1e-10, atol=1e-12)
+    tolerance = 1e-10 if numerics == "intended" else 1e-6  # the release's table is float32
+    np.testing.assert_allclose(out.numpy(), x, rtol=tolerance, atol=tolerance)
 
 
 def test_first_step_from_pure_noise_has_no_nan() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-GuidanceMode = Literal["intended", "release"]
+# "intended": the project's choices where the release's sampler has a slip; "release": the release's own numerics,
+# for parity runs (README, "Choices worth knowing"). One switch for all of them, see SamplerConfig.numerics.
+Numerics = Literal["intended", "release"]
 
 # The AnimeGamer added tokens, in id order after the base vocabulary (ANIMEGAMER.md).
 NUM_FRAME_TOKENS = 256  # <frame_00000>..<frame_00255>; only the first 226 are used
@@ -70,7 +72,8 @@ class SamplerConfig:
     shift_scale: float = 3.0  # SNR shift of the release's discretisation
     guidance_scale: float = 6.0  # dynamic CFG peaks at 1 + this
     guidance_exponent: float = 5.0
-    guidance_mode: GuidanceMode = "intended"  # see README: why not the release's step argument
+    # "release": dynamic CFG fed the release's `50 - timestep`, x0's alpha rounded to the 1000-step table (sampler.py)
+    numerics: Numerics = "intended"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,18 @@ Two details of the release (CogVideoX's SAT ``ZeroSNRDDPMDiscretization`` and ``
 - At inference the zero-terminal-SNR rescale is applied to the *sampled* timesteps' alphas, not to the whole
   1000-entry table (:func:`release_alphas_cumprod`, the one training draws from). Both end at 0; they differ by
   about 0.1% in sqrt(alpha) in between. :func:`sampling_alphas_cumprod` is the inference version.
+
+One detail is kept only with ``SamplerConfig.numerics = "release"``: the release's denoiser rounds the sampler's
+sqrt(alpha) to the nearest entry of the 1000-step table before it forms c_skip = sqrt(a) and c_out = -sqrt(1 - a)
+(``DiscreteDenoiser.possibly_quantize_sigma`` in TencentARC/AnimeGamer ``VDM_Decoder/sgm/modules/diffusionmodules/
+denoiser.py``, with ``VideoScaling`` and ``ZeroSNRDDPMDiscretization`` of CogVideoX's ``sat/sgm/modules/
+diffusionmodules/denoiser_scaling.py`` and ``discretizer.py``, which the release's config names;
+``quantize_c_noise`` is off there, so the model is still fed the unrounded timestep). The step's update
+coefficients keep the unrounded alphas. By default x0 uses the sampler's own alpha, the one its update assumes.
+Rounding is a no-op in training (sigmas are drawn from the table there) and at inference does not reliably give
+the fed timestep's training alpha either: for 50 steps the nearest entry is t itself down to t = 179 and t - 1
+below; for 10 steps t = 99 rounds to 95, for 2 steps t = 499 to 473. Over a 50-step run it moves c_skip by up to
+0.1% and c_out by up to 0.7% (at t = 19).
 """
 
 from __future__ import annotations
@@ -16,11 +28,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from typing import get_args
 
 import numpy as np
 import torch
 
-from worker.pipeline.config import GuidanceMode, SamplerConfig
+from worker.pipeline.config import Numerics, SamplerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +102,7 @@ def guidance_weight(
     num_steps: int,
     scale: float = 6.0,
     exponent: float = 5.0,
-    mode: GuidanceMode = "intended",
+    mode: Numerics = "intended",
 ) -> float:
     """Dynamic CFG weight w(s) = 1 + scale * (1 - cos(pi * (s / num_steps) ** exponent)) / 2.
 
@@ -102,8 +115,19 @@ def guidance_weight(
     elif mode == "release":
         s = float(num_steps - timestep)
     else:
-        raise ValueError(f"unknown guidance mode {mode!r}; use 'intended' or 'release'")
+        raise ValueError(f"unknown numerics {mode!r}; use 'intended' or 'release'")
     return 1.0 + scale * (1.0 - math.cos(math.pi * (s / num_steps) ** exponent)) / 2.0
+
+
+def quantize_alphas_cumprod(alphas_cumprod: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Each of `alphas_cumprod` replaced by the `table` entry nearest to it in sqrt(alpha), as the release's denoiser.
+
+    `table` is indexed by timestep (ascending t, falling alpha); a tie goes to the smaller timestep, like the
+    release's ``argmin``. The release rounds in float32, this in float64; for every step count in the tests the
+    chosen entries agree. Returns a tensor of the shape and dtype of `alphas_cumprod`.
+    """
+    distance = (alphas_cumprod.sqrt()[:, None] - table.sqrt()[None, :]).abs()  # (n, T)
+    return table[distance.argmin(dim=1)].to(alphas_cumprod.dtype)
 
 
 def _log_snr(alpha_cumprod: float) -> float:
@@ -119,19 +143,28 @@ class DPMSolverSDESampler:
     Per step t -> t' with h = lambda(t') - lambda(t):
     x' = sqrt((1 - a') / (1 - a)) e^-h x - expm1(-2h) sqrt(a') D + sqrt(1 - a') sqrt(-expm1(-2h)) z,
     D = x0_hat on the first step, (1 + 1/2r) x0_hat - (1/2r) x0_hat_prev after it (r = h_last / h), and the last
-    step returns x0_hat itself. Schedule arithmetic is float64 (Python floats); tensors stay in the noise's dtype.
+    step returns x0_hat itself. x0_hat = sqrt(a) x - sqrt(1 - a) v takes its a from `denoiser_alphas_cumprod`, the
+    schedule's own alphas unless numerics is "release" (module docstring). Schedule arithmetic is float64 (Python
+    floats); tensors stay in the noise's dtype.
     """
 
     def __init__(self, config: SamplerConfig, num_train_timesteps: int = NUM_TRAIN_TIMESTEPS) -> None:
         if config.num_steps < 1:
             raise ValueError(f"num_steps must be at least 1, got {config.num_steps}")
+        if config.numerics not in get_args(Numerics):
+            raise ValueError(f"unknown numerics {config.numerics!r}; use 'intended' or 'release'")
         self.config = config
         self.num_steps = config.num_steps
         self.timesteps: list[int] = sampling_timesteps(config.num_steps, num_train_timesteps)
-        # (num_steps,) float64, aligned with self.timesteps; [0] is 0 (pure noise)
+        # (num_steps,) float64, aligned with self.timesteps; [0] is 0 (pure noise). The update steps use these.
         self.alphas_cumprod: torch.Tensor = sampling_alphas_cumprod(
             self.timesteps, config.shift_scale, num_train_timesteps
         )
+        # (num_steps,) float64: the alphas x0 is formed with, rounded to the training table in release numerics
+        self.denoiser_alphas_cumprod: torch.Tensor = self.alphas_cumprod
+        if config.numerics == "release":
+            table = release_alphas_cumprod(config.shift_scale, num_train_timesteps)
+            self.denoiser_alphas_cumprod = quantize_alphas_cumprod(self.alphas_cumprod, table)
 
     def guidance(self, step_index: int) -> float:
         """This run's CFG weight at `step_index`, per the config's scale, exponent and mode."""
@@ -141,7 +174,7 @@ class DPMSolverSDESampler:
             self.num_steps,
             scale=self.config.guidance_scale,
             exponent=self.config.guidance_exponent,
-            mode=self.config.guidance_mode,
+            mode=self.config.numerics,
         )
 
     def _coefficients(self, i: int) -> tuple[float, float, float, float]:
@@ -186,9 +219,9 @@ class DPMSolverSDESampler:
         x = noise  # a(t=999) = 0: the start is pure noise, no scaling
         x0_prev: torch.Tensor | None = None
         for i, t in enumerate(self.timesteps):
-            a = float(self.alphas_cumprod[i])
+            a = float(self.denoiser_alphas_cumprod[i])
             v = predict_v(x, t, i).to(x.dtype)
-            x0 = math.sqrt(a) * x - math.sqrt(1.0 - a) * v
+            x0 = math.sqrt(a) * x - math.sqrt(1.0 - a) * v  # c_skip x + c_out v
 
             if i == self.num_steps - 1:
                 x = x0  # the last step returns the x0 estimate directly
