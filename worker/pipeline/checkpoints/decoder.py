@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import torch
 
 from worker.pipeline.checkpoints.errors import CheckpointError
-from worker.pipeline.checkpoints.files import load_torch_file, resolve_decoder_file
+from worker.pipeline.checkpoints.files import drop_mapped_pages, load_torch_file, resolve_decoder_file
 from worker.pipeline.config import DecoderConfig
 from worker.pipeline.decoder import AnimeGamerDecoder
 
@@ -69,6 +69,7 @@ DROPPED_DIT_KEYS: dict[str, str] = {
 
 _LAYER_KEY = re.compile(re.escape(DIT_PREFIX) + r"transformer\.layers\.(\d+)\.")
 _MAX_LISTED = 8  # keys named in one error message; the count of the rest follows
+RELEASE_EVERY = 256 * 2**20  # file bytes converted between two hand-backs of the mapped pages (a syscall each)
 
 Shape = tuple[int, ...]
 
@@ -159,13 +160,13 @@ class _Rule(Protocol):
     def sources(self) -> dict[str, Shape]: ...
 
     def apply(
-        self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None
+        self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device
     ) -> Iterator[tuple[str, torch.Tensor]]: ...
 
 
-def _cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+def _cast(tensor: torch.Tensor, dtype: torch.dtype | None, device: torch.device) -> torch.Tensor:
     # Always a copy: nothing we return may keep the memory-mapped file alive or change with it.
-    return tensor.to(dtype=dtype or tensor.dtype, copy=True)
+    return tensor.to(device=device, dtype=dtype or tensor.dtype, copy=True)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,10 @@ class _Copy:
     def sources(self) -> dict[str, Shape]:
         return {self.src: self.shape}
 
-    def apply(self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
-        yield self.dst, _cast(state[self.src], dtype)
+    def apply(
+        self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        yield self.dst, _cast(state[self.src], dtype, device)
 
 
 @dataclass(frozen=True)
@@ -202,18 +205,21 @@ class _LoraLinear:
             shapes[f"{self.src}.matrix_B.{i}"] = (self.out_features, self.rank)
         return shapes
 
-    def apply(self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+    def apply(
+        self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         weight = state[f"{self.src}.original.weight"]
         bias = state[f"{self.src}.original.bias"]
         scale = LORA_ALPHA / self.rank
         n = len(self.dsts)
         for i, (w, b, dst) in enumerate(zip(weight.chunk(n), bias.chunk(n), self.dsts, strict=True)):
-            a_i = state[f"{self.src}.matrix_A.{i}"].float()  # (r, in)
-            b_i = state[f"{self.src}.matrix_B.{i}"].float()  # (out, r)
-            # Merged in float32 whatever the file's precision, then cast once.
-            merged = w.float() + (b_i @ a_i) * scale  # (out, in)
+            a_i = state[f"{self.src}.matrix_A.{i}"].to(device=device, dtype=torch.float32)  # (r, in)
+            b_i = state[f"{self.src}.matrix_B.{i}"].to(device=device, dtype=torch.float32)  # (out, r)
+            # Merged on the device, in float32 whatever the file's precision, then cast once.
+            merged = w.to(device=device, dtype=torch.float32, copy=True)  # (out, in)
+            merged.addmm_(b_i, a_i, alpha=scale)
             yield f"{dst}.weight", merged.to(dtype or weight.dtype)
-            yield f"{dst}.bias", _cast(b, dtype)
+            yield f"{dst}.bias", _cast(b, dtype, device)
 
 
 @dataclass(frozen=True)
@@ -238,11 +244,13 @@ class _AdaLN:
             f"{self.src}.bias": (12 * self.hidden,),
         }
 
-    def apply(self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+    def apply(
+        self, state: Mapping[str, torch.Tensor], dtype: torch.dtype | None, device: torch.device
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         for kind in ("weight", "bias"):
-            chunks = state[f"{self.src}.{kind}"].chunk(12)
-            yield f"{self.norm1}.{kind}", _cast(torch.cat(chunks[0:3] + chunks[6:9]), dtype)
-            yield f"{self.norm2}.{kind}", _cast(torch.cat(chunks[3:6] + chunks[9:12]), dtype)
+            chunks = state[f"{self.src}.{kind}"].to(device).chunk(12)  # on the device: the meta device reads nothing
+            yield f"{self.norm1}.{kind}", torch.cat(chunks[0:3] + chunks[6:9]).to(dtype or chunks[0].dtype)
+            yield f"{self.norm2}.{kind}", torch.cat(chunks[3:6] + chunks[9:12]).to(dtype or chunks[0].dtype)
 
 
 def _plan(cfg: DecoderConfig, rank: int) -> list[_Rule]:
@@ -329,14 +337,26 @@ def check_sources(
 
 
 def _convert(
-    state: Mapping[str, torch.Tensor], path: Path | str, dtype: torch.dtype | None, defaults: DecoderConfig | None
+    state: Mapping[str, torch.Tensor],
+    path: Path | str,
+    dtype: torch.dtype | None,
+    defaults: DecoderConfig | None,
+    device: torch.device,
 ) -> tuple[DecoderConfig, dict[str, torch.Tensor]]:
     cfg = decoder_config_from_state(state, path, defaults=defaults)
     rules = _plan(cfg, _lora_rank(state, path))
     expected = {key: shape for rule in rules for key, shape in rule.sources().items()}
     layout = f"SAT AnimeGamer decoder layout ({cfg.num_layers} layers, hidden {cfg.hidden_size}, read from this file)"
     check_sources(state, expected, path, skip_reason, layout)
-    converted = dict(item for rule in rules for item in rule.apply(state, dtype))
+    converted: dict[str, torch.Tensor] = {}
+    read = 0
+    for rule in rules:
+        converted.update(rule.apply(state, dtype, device))
+        read += sum(state[key].nbytes for key in rule.sources())
+        if read >= RELEASE_EVERY:  # the file's pages read so far go back: converted tensors are copies
+            drop_mapped_pages(path)
+            read = 0
+    drop_mapped_pages(path)
 
     skipped = [k for k in state if k not in expected]
     logger.info("%s: %d decoder tensors converted, %d skipped by rule", path, len(converted), len(skipped))
@@ -356,7 +376,7 @@ def convert_decoder_state(
     :data:`SKIPPED_PREFIXES` and :data:`DROPPED_DIT_KEYS` are left out; any other missing, unexpected or wrongly shaped
     tensor is a :class:`CheckpointError` naming ``path`` and the keys.
     """
-    return _convert(state, path, dtype, defaults)[1]
+    return _convert(state, path, dtype, defaults, torch.device("cpu"))[1]
 
 
 def load_decoder(
@@ -368,14 +388,16 @@ def load_decoder(
 ) -> AnimeGamerDecoder:
     """Build the decoder from a release checkpoint: its directory (through ``latest``) or its model-states file.
 
-    The whole file is checked and converted before any module exists, so a bad file leaves nothing half-loaded.
-    The module is built on the meta device and takes the converted tensors as they are (no random init of 2B
-    parameters), then moves to ``device`` in eval mode without gradients: it only serves inference.
+    The whole file is checked before any weight is read, and converted before any module exists, so a bad file
+    leaves nothing half-loaded. Each tensor is converted straight onto ``device`` as it is read from the memory-mapped
+    file (on ``meta`` nothing is read: shapes only), and the file's pages are handed back as the conversion goes, so
+    the load holds one copy of the weights. The module is built on the meta device and takes the converted tensors
+    as they are (no random init of 2B parameters), in eval mode without gradients: it only serves inference.
     """
     file = resolve_decoder_file(path)
     checkpoint = load_torch_file(file)
     state = sat_module_state(checkpoint, file)
-    cfg, converted = _convert(state, file, dtype, defaults)
+    cfg, converted = _convert(state, file, dtype, defaults, torch.device(device))
     del checkpoint, state  # drop the file mapping before the model is moved
 
     try:
@@ -386,7 +408,9 @@ def load_decoder(
             file, f"describes a decoder we cannot build ({exc})", "CogVideoX-2B-shaped sizes"
         ) from exc
     model.load_state_dict(converted, strict=True, assign=True)
-    on_meta = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    # Filled means taken from the file (on the meta device, a conversion for shapes only is meta too).
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    on_meta = [name for name, t in tensors if t.is_meta and name not in converted]
     if on_meta:  # a module grew a tensor the mapping does not fill: our bug, not the file's
         raise RuntimeError(f"decoder tensors left unloaded: {on_meta}")
     return model.to(device).eval().requires_grad_(False)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import mmap
+import os
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,50 @@ def load_torch_file(path: Path | str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise CheckpointError(path, f"holds a {type(obj).__name__}", "a dict (torch.save of a checkpoint dict)")
     return obj
+
+
+def _madvise() -> object | None:
+    """libc's ``madvise``, where there is one to call (Linux); None elsewhere."""
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+_MADVISE = _madvise()  # decided once
+
+
+def drop_mapped_pages(path: Path | str) -> int:
+    """Hand back the pages of ``path`` that this process has mapped and read; returns the bytes of address range.
+
+    A memory-mapped ``torch.load`` keeps every page a conversion has read resident in this process for as long as
+    any tensor of the file lives: converting a 3.4 GB decoder file would otherwise hold the file's pages beside
+    the converted copies, a second copy of the weights in resident memory. The pages are clean copies of the
+    file, so dropping them loses nothing; a tensor read again afterwards reads the file again. Only mappings of
+    ``path`` itself are touched (``/proc/self/maps``), so anonymous memory is never dropped. A no-op where
+    there is no ``/proc`` or ``madvise`` (it only saves memory, never changes a value).
+    """
+    if _MADVISE is None:
+        return 0
+    target = os.path.realpath(path)
+    ranges = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+                if len(fields) == 6 and fields[5].rstrip("\n") == target:
+                    start, end = (int(x, 16) for x in fields[0].split("-"))
+                    ranges.append((start, end))
+    except OSError:
+        return 0
+    for start, end in ranges:
+        _MADVISE(start, end - start, mmap.MADV_DONTNEED)  # a failure (EINVAL, ...) only keeps the pages
+    return sum(end - start for start, end in ranges)
 
 
 def resolve_decoder_file(path: Path | str) -> Path:

@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLCogVideoX
 
-from worker.pipeline.checkpoints.decoder import check_sources
+from worker.pipeline.checkpoints.decoder import RELEASE_EVERY, check_sources
 from worker.pipeline.checkpoints.errors import CheckpointError
-from worker.pipeline.checkpoints.files import load_torch_file
+from worker.pipeline.checkpoints.files import drop_mapped_pages, load_torch_file
 from worker.pipeline.config import VAEConfig
 from worker.pipeline.vae import build_vae
 
@@ -124,15 +124,28 @@ def _build(cfg: VAEConfig, path: Path | str) -> AutoencoderKLCogVideoX:
 
 
 def _convert(
-    state: Mapping[str, torch.Tensor], path: Path | str, dtype: torch.dtype | None, defaults: VAEConfig | None
+    state: Mapping[str, torch.Tensor],
+    path: Path | str,
+    dtype: torch.dtype | None,
+    defaults: VAEConfig | None,
+    device: torch.device,
 ) -> tuple[VAEConfig, dict[str, torch.Tensor]]:
     cfg = vae_config_from_state(state, path, defaults=defaults)
     targets = {key: tuple(t.shape) for key, t in _build(cfg, path).state_dict().items()}
     sources = {_sat_key(key, len(cfg.block_out_channels)): key for key in targets}
     layout = f"SAT CogVideoX VAE layout (widths {list(cfg.block_out_channels)}, read from this file)"
     check_sources(state, {src: targets[dst] for src, dst in sources.items()}, path, skip_reason, layout)
-    # A copy: nothing returned may keep the memory-mapped file alive or change with it.
-    converted = {dst: state[src].to(dtype=dtype or state[src].dtype, copy=True) for src, dst in sources.items()}
+    # Copies, made on the device (the meta device reads nothing): nothing returned may keep the memory-mapped file
+    # alive or change with it. The file's pages read so far go back as the conversion goes.
+    converted: dict[str, torch.Tensor] = {}
+    read = 0
+    for src, dst in sources.items():
+        converted[dst] = state[src].to(device=device, dtype=dtype or state[src].dtype, copy=True)
+        read += state[src].nbytes
+        if read >= RELEASE_EVERY:
+            drop_mapped_pages(path)
+            read = 0
+    drop_mapped_pages(path)
     logger.info("%s: %d VAE tensors converted, %d skipped by rule", path, len(converted), len(state) - len(converted))
     return cfg, converted
 
@@ -149,7 +162,7 @@ def convert_vae_state(
     ``loss.*`` is skipped by rule; anything else missing, unexpected or wrongly shaped is a :class:`CheckpointError`
     naming ``path`` and the keys. ``dtype`` None keeps the file's precision.
     """
-    return _convert(state, path, dtype, defaults)[1]
+    return _convert(state, path, dtype, defaults, torch.device("cpu"))[1]
 
 
 def load_vae(
@@ -159,18 +172,23 @@ def load_vae(
     device: torch.device | str = "cpu",
     defaults: VAEConfig | None = None,
 ) -> AutoencoderKLCogVideoX:
-    """Build the VAE from ``3d-vae.pt``, checked and converted in full before the module exists."""
+    """Build the VAE from ``3d-vae.pt``, checked and converted in full before the module exists.
+
+    Tensors are converted straight onto ``device`` (on ``meta``, shapes only: nothing is read).
+    """
     file = Path(path)
     checkpoint = load_torch_file(file)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(file, "has no 'state_dict' of tensors", "{'state_dict': ...} as CogVideoX's 3d-vae.pt")
-    cfg, converted = _convert(state, file, dtype, defaults)
+    cfg, converted = _convert(state, file, dtype, defaults, torch.device(device))
     del checkpoint, state  # drop the file mapping before the model is moved
 
     vae = _build(cfg, file)
     vae.load_state_dict(converted, strict=True, assign=True)
-    on_meta = [name for name, t in [*vae.named_parameters(), *vae.named_buffers()] if t.is_meta]
+    # Filled means taken from the file (on the meta device, a conversion for shapes only is meta too).
+    tensors = [*vae.named_parameters(), *vae.named_buffers()]
+    on_meta = [name for name, t in tensors if t.is_meta and name not in converted]
     if on_meta:  # a module grew a tensor the mapping does not fill: our bug, not the file's
         raise RuntimeError(f"VAE tensors left unloaded: {on_meta}")
     return vae.to(device).eval().requires_grad_(False)
