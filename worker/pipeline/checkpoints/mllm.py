@@ -187,11 +187,18 @@ class _Tensors:
         if not path.is_file():
             raise CheckpointError(path, "missing", "a safetensors weight file")
         try:
-            handle = safe_open(str(path), framework="pt", device="cpu")
-            shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}  # noqa: SIM118
         except Exception as exc:  # safetensors raises its own error type for a bad header or a short file
             raise CheckpointError(path, f"unreadable ({exc})", "a complete safetensors file") from exc
-        self.add(path, shapes, handle.get_tensor)
+
+        def read(key: str) -> torch.Tensor:
+            # A mapping per tensor, gone with the tensor: one handle per file would keep every page read so far
+            # resident until the whole load ends (14 GB of Mistral shards beside the weights built from them).
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                return handle.get_tensor(key)
+
+        self.add(path, shapes, read)
 
     def add_torch(self, path: Path) -> None:
         state = load_torch_state(path)
