@@ -88,6 +88,54 @@ def test_condition_of_the_wrong_width_is_rejected(decoder: AnimeGamerDecoder) ->
         decoder(**inputs)
 
 
+def _layer_norm_by_hand(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.double()
+    centred = x - x.mean(dim=-1, keepdim=True)
+    variance = centred.pow(2).mean(dim=-1, keepdim=True)  # biased, as LayerNorm's
+    return centred / torch.sqrt(variance + eps) * weight.double() + bias.double()
+
+
+# The release's eps per norm (decoder.py cites where each comes from): SAT's blocks and final norm take its
+# layernorm_epsilon of 1e-5; the output adaLN's own norm and the per-head q/k norms are 1e-6; the condition
+# branches' norms are plain nn.LayerNorm (1e-5).
+RELEASE_EPS = [
+    ("transformer_blocks.0.norm1.norm", 1e-5),
+    ("transformer_blocks.1.norm2.norm", 1e-5),
+    ("norm_final", 1e-5),
+    ("norm_out.norm", 1e-6),
+    ("transformer_blocks.0.attn1.norm_q", 1e-6),
+    ("transformer_blocks.1.attn1.norm_k", 1e-6),
+    ("text_norm", 1e-5),
+    ("ip_norm", 1e-5),
+]
+
+
+@pytest.mark.parametrize(("name", "eps"), RELEASE_EPS)
+@torch.no_grad()
+def test_each_layer_norm_computes_with_the_releases_eps(decoder: AnimeGamerDecoder, name: str, eps: float) -> None:
+    norm = decoder.get_submodule(name)
+    width = norm.normalized_shape[0]
+    g = torch.Generator().manual_seed(3)
+    # Activations of variance ~1e-6, where eps 1e-5 and 1e-6 give outputs a factor ~2.3 apart
+    x = 1e-3 * torch.randn(4, 7, width, generator=g)
+    other = 1e-6 if eps == 1e-5 else 1e-5
+    by_hand = _layer_norm_by_hand(x, norm.weight, norm.bias, eps)
+    assert not torch.allclose(_layer_norm_by_hand(x, norm.weight, norm.bias, other), by_hand, rtol=0.1)
+    torch.testing.assert_close(norm(x).double(), by_hand, rtol=1e-4, atol=1e-5)
+
+
+@torch.no_grad()
+def test_a_blocks_adaptive_norm_normalises_at_eps_1e_5(decoder: AnimeGamerDecoder) -> None:
+    norm1 = decoder.transformer_blocks[0].norm1  # LayerNormZero: norm, then (1 + scale) and shift from the time
+    g = torch.Generator().manual_seed(4)
+    video, cond = 1e-3 * torch.randn(B, 9, decoder.hidden_size, generator=g), torch.randn(B, 5, decoder.hidden_size)
+    temb = torch.randn(B, CFG.decoder.time_embed_dim, generator=g)
+    out, _, _, _ = norm1(video, cond, temb)
+    shift, scale = norm1.linear(torch.nn.functional.silu(temb)).chunk(6, dim=1)[:2]
+    expected = _layer_norm_by_hand(video, norm1.norm.weight, norm1.norm.bias, 1e-5) * (1 + scale.double())[:, None]
+    torch.testing.assert_close(out.double(), expected + shift.double()[:, None], rtol=1e-4, atol=1e-5)
+
+
 def test_config_is_registered_for_save_and_load() -> None:
     decoder = AnimeGamerDecoder.from_pipeline_config(CFG.decoder)
     assert decoder.config.num_layers == CFG.decoder.num_layers

@@ -29,8 +29,16 @@ from worker.pipeline.config import DecoderConfig
 
 logger = logging.getLogger(__name__)
 
-# The release's SAT LayerNorms use 1e-6 (diffusers' CogVideoX port uses 1e-5); its weights expect 1e-6.
-LAYERNORM_EPS = 1e-6
+# LayerNorm eps, as the release's weights were trained with (TencentARC/AnimeGamer VDM_Decoder/):
+# - the blocks' two norms and the final norm: 1e-5. dit_video_concat.py hands SAT `partial(LayerNorm, eps=1e-6)`,
+#   but sgm/models/sat_ours/transformer.py builds input_layernorm, post_attention_layernorm and final_layernorm as
+#   `layernorm(hidden_size, eps=layernorm_epsilon)`, and that keyword overrides the partial's; layernorm_epsilon is
+#   ARGS_DEFAULT's 1e-5 (sat_ours/transformer_defaults.py), which configs/cogvideox_2b.yaml does not set.
+# - the output adaLN's norm (FinalLayerMixin.norm_final in dit_video_concat.py): 1e-6, an nn.LayerNorm of its own.
+# - the per-head q and k norms (AdaLNMixin's query/key_layernorm_list): 1e-6, which diffusers' CogVideoXBlock
+#   gives its Attention whatever norm_eps says.
+BLOCK_LAYERNORM_EPS = 1e-5
+OUTPUT_LAYERNORM_EPS = 1e-6
 
 
 class AnimeGamerDecoder(ModelMixin, ConfigMixin):
@@ -100,19 +108,19 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
                     attention_bias=True,
                     qk_norm=True,
                     norm_elementwise_affine=True,
-                    norm_eps=LAYERNORM_EPS,
+                    norm_eps=BLOCK_LAYERNORM_EPS,  # norm1, norm2; the qk norms are CogVideoXBlock's 1e-6
                 )
                 for _ in range(num_layers)
             ]
         )
-        self.norm_final = nn.LayerNorm(hidden, eps=LAYERNORM_EPS, elementwise_affine=True)
+        self.norm_final = nn.LayerNorm(hidden, eps=BLOCK_LAYERNORM_EPS, elementwise_affine=True)
 
         # 4. Output: adaLN with the time embedding, then back to patch pixels of the latent
         self.norm_out = AdaLayerNorm(
             embedding_dim=time_embed_dim,
             output_dim=2 * hidden,
             norm_elementwise_affine=True,
-            norm_eps=LAYERNORM_EPS,
+            norm_eps=OUTPUT_LAYERNORM_EPS,
             chunk_dim=1,
         )
         self.proj_out = nn.Linear(hidden, patch_size * patch_size * latent_channels)
