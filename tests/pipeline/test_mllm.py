@@ -49,11 +49,15 @@ def past_turn(instruction: str) -> HistoryTurn:
     return HistoryTurn(instruction=instruction, representation=b"", deltas=deltas)
 
 
-def script(model: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, successor: dict[str, str]) -> AnimeGamerMLLM:
+def script(
+    model: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, successor: dict[str, str], others: float = 0.0
+) -> AnimeGamerMLLM:
     """Turn the model into a bigram table: each named token is followed by its successor.
 
     With the attention and MLP outputs zeroed the residual stream is the token's own embedding;
     one-hot embeddings and a matching lm_head then make greedy decoding follow ``successor``.
+    A negative `others` puts every token's score below zero except the successor's (through one
+    more embedding channel that every token has and every lm_head row reads with that weight).
     """
     llm = model.llm
     with torch.no_grad():
@@ -65,6 +69,9 @@ def script(model: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, successor: dic
         for k, (name, following) in enumerate(successor.items()):
             llm.model.embed_tokens.weight[tokenizer.token_id(name), k] = 1.0
             llm.lm_head.weight[tokenizer.token_id(following), k] = 10.0
+        if others:
+            llm.model.embed_tokens.weight[:, -1] = 1.0
+            llm.lm_head.weight[:, -1] = others
     return model
 
 
@@ -245,6 +252,41 @@ def test_release_pass_stops_after_max_new_tokens_and_falls_back_to_zeros(
     deltas, passes = model.release_state_pass(model.embed_prompt(prompt, []), tokenizer, max_new_tokens=7)
     assert passes == 7
     assert deltas == StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
+
+
+def frames(first: int, stop: int) -> list[str]:
+    return [f"<frame_{i:05d}>" for i in range(first, stop)]
+
+
+@pytest.mark.parametrize("wanted", ["<frame_00007>", "<frame_00099>", "</frame>"])
+def test_release_pass_scores_the_first_100_frame_tokens_and_the_closing_tag_zero_not_minus_infinity(
+    model: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, prompt: Prompt, wanted: str
+) -> None:
+    # The raw argmax after <ML> is `wanted`; the processor sets it (with <frame_00000>..<frame_00099> and
+    # </frame>) to 0.0 while everything else scores below zero, so the lowest of those ids wins: <frame_00000>.
+    script(model, tokenizer, {"<ML>": wanted}, others=-1.0)
+    ids = model.release_generate(model.embed_prompt(prompt, []), tokenizer, max_new_tokens=3)
+    assert [tokenizer.token_name(i) for i in ids] == frames(0, 3)
+
+
+def test_release_pass_forces_a_frame_run_through_frame_00099_and_closes_it(
+    model: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, prompt: Prompt
+) -> None:
+    # The model wants to stop inside the run and to leave it early; both are overridden until </frame>.
+    successor = {"<ML>": "<frame>", "<frame>": "</s>", "<frame_00042>": "</s>", "<frame_00099>": "<SC>"}
+    script(model, tokenizer, {**successor, "</frame>": "</s>"}, others=-1.0)
+    embeds = model.embed_prompt(prompt, [])
+    ids = model.release_generate(embeds, tokenizer)
+    assert [tokenizer.token_name(i) for i in ids] == ["<frame>", *frames(0, 100), "</frame>", "</s>"]
+    assert model.release_state_pass(embeds, tokenizer)[1] == 103  # one forward per generated id
+
+
+def test_release_pass_leaves_frame_tokens_from_100_on_alone(
+    model: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, prompt: Prompt
+) -> None:
+    script(model, tokenizer, {"<ML>": "<frame_00100>", "<frame_00100>": "<frame_00225>"}, others=-1.0)
+    ids = model.release_generate(model.embed_prompt(prompt, []), tokenizer, max_new_tokens=2)
+    assert [tokenizer.token_name(i) for i in ids] == ["<frame_00100>", "<frame_00225>"]
 
 
 def test_parse_states_reads_the_strength_after_each_tag_by_id(tokenizer: AnimeGamerTokenizer) -> None:

@@ -28,6 +28,7 @@ import pytest
 
 from game.contract import HistoryTurn
 from game.state import StateDeltas
+from worker.pipeline.mllm import release_processor_ids
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
 
@@ -171,6 +172,12 @@ def test_prompt_with_history_equals_the_release_prompt(
     assert len(prompt.frame_spans) == num_past + 1
     for start, end in prompt.frame_spans:
         assert expected[start:end] == list(range(32000, 32000 + NUM_MM_TOKENS))
+
+
+def test_the_state_pass_processor_ids_are_what_the_release_encodes(release: Release, ours: AnimeGamerTokenizer) -> None:
+    # generation.py: AutoVideoTokenGenerationProcessor encodes <frame>, 100 frame names and </frame> as one string
+    names = "<frame>" + "".join(f"<frame_{i:05d}>" for i in range(100)) + "</frame>"
+    assert release_processor_ids(ours) == release.encode(names, add_special_tokens=False)
 
 
 def test_add_prefix_space_does_not_change_the_release_ids(release: Release, demo_lines: list[str]) -> None:

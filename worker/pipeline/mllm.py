@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 STATE_TAGS = ("<ML>", "<SC>", "<ET>", "<ST>")  # motion, social, entertainment, stamina
 _FORCED_AFTER = (("</ML>", "<SC>"), ("</SC>", "<ET>"), ("</ET>", "<ST>"))
 
+# The release's state pass is transformers' greedy generate with its AutoVideoTokenGenerationProcessor
+# (TencentARC/AnimeGamer MLLM/src/models_clm/generation.py), which ContinuousLVLM_Video.generate
+# (MLLM/src/models_clm/models.py) builds with num_vid_gen_tokens=100; app.py and inference_MLLM.py keep that default.
+RELEASE_PROCESSOR_FRAMES = 100
+
 
 def frame_attention_mask(
     seq_len: int, spans: Sequence[tuple[int, int]], dtype: torch.dtype, device: torch.device | None = None
@@ -60,6 +65,32 @@ def parse_states(ids: Sequence[int], tokenizer: AnimeGamerTokenizer) -> StateDel
         values.append(value)
     motion, social, entertainment, stamina = values
     return StateDeltas(motion=motion, social=social, entertainment=entertainment, stamina=stamina)
+
+
+def release_processor_ids(tokenizer: AnimeGamerTokenizer) -> list[int]:
+    """The release processor's id list: ``<frame>``, ``<frame_00000>``..``<frame_00099>``, ``</frame>`` (102 ids).
+
+    The release encodes the concatenated names; the slow Llama tokenizer splits them into exactly these ids.
+    """
+    frames = [tokenizer.frame_id(i) for i in range(RELEASE_PROCESSOR_FRAMES)]
+    return [tokenizer.token_id("<frame>"), *frames, tokenizer.token_id("</frame>")]
+
+
+def apply_release_processor(scores: torch.Tensor, previous: int, processor_ids: Sequence[int]) -> torch.Tensor:
+    """The release's logits processor on one step's next-token scores `[V]`, in place; returns `scores`.
+
+    After ``<frame>`` or ``<frame_00000>``..``<frame_00099>`` (the list but its last id) the list's next id is set
+    to the highest score plus 10, which greedy decoding then takes: a frame run counts up, and ``<frame_00099>`` is
+    followed by ``</frame>``. After anything else the scores of ``<frame_00000>``..``<frame_00099>`` and
+    ``</frame>`` are set to 0.0, not minus infinity, so where every other score is negative the model picks
+    ``<frame_00000>`` and the run starts. ``<frame>`` and the frame tokens from 100 on are never changed.
+    """
+    position = processor_ids.index(previous) if previous in processor_ids[:-1] else None
+    if position is not None:
+        scores[processor_ids[position + 1]] = scores.max() + 10.0
+    else:
+        scores[torch.tensor(processor_ids[1:], device=scores.device)] = 0.0
+    return scores
 
 
 class AnimeGamerMLLM(nn.Module):
@@ -185,35 +216,51 @@ class AnimeGamerMLLM(nn.Module):
         return StateDeltas(motion=motion, social=social, entertainment=entertainment, stamina=stamina), passes
 
     @torch.no_grad()
-    def release_state_pass(
+    def release_generate(
         self, inputs_embeds: torch.Tensor, tokenizer: AnimeGamerTokenizer, max_new_tokens: int = 200
-    ) -> tuple[StateDeltas, int]:
-        """The release's state pass, kept for benchmarks: free greedy generation, one token per forward.
+    ) -> list[int]:
+        """The ids the release's state generation yields: greedy, one token per forward, through its processor.
 
-        States are read by id from the generated tokens preceded by the prompt's final ``<ML>``;
-        when one is missing the release silently returns zeros, and so does this (with a warning).
+        Stops after EOS or `max_new_tokens` ids. The processor reads the token before the one it scores: for the
+        first, the prompt's last, which is always ``<ML>`` (prompt.py), outside the processor's list. Scores are
+        processed in float32, as recent transformers' generate does; older ones processed the model's dtype (bf16
+        in the release), which picks the same ids unless the top score reaches 4096, where bf16 rounds max + 10
+        back to max.
         """
         self._check_embeds(inputs_embeds)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        processor_ids = release_processor_ids(tokenizer)
+        previous = tokenizer.token_id("<ML>")
         cache = DynamicCache(config=self.llm.config)
         out = self.llm(inputs_embeds=inputs_embeds, cache=cache, use_cache=True, logits_to_keep=1)
-        passes = 1
         generated: list[int] = []
         while True:
-            token = int(out.logits[0, -1].argmax())
-            generated.append(token)
-            if token == tokenizer.eos_id or len(generated) >= max_new_tokens:
-                break
-            step = torch.tensor([[token]], device=self.device)  # [1, 1]
+            scores = out.logits[0, -1].to(dtype=torch.float32, copy=True)  # [V]; the processor writes into it
+            scores = apply_release_processor(scores, previous, processor_ids)
+            previous = int(scores.argmax())
+            generated.append(previous)
+            if previous == tokenizer.eos_id or len(generated) >= max_new_tokens:
+                return generated
+            step = torch.tensor([[previous]], device=self.device)  # [1, 1]
             out = self.llm(input_ids=step, cache=out.cache, use_cache=True, logits_to_keep=1)
-            passes += 1
 
+    @torch.no_grad()
+    def release_state_pass(
+        self, inputs_embeds: torch.Tensor, tokenizer: AnimeGamerTokenizer, max_new_tokens: int = 200
+    ) -> tuple[StateDeltas, int]:
+        """The release's state pass, kept for benchmarks, and the forward passes it made (one per generated id).
+
+        Generation is :meth:`release_generate`. States are read by id from the generated tokens preceded by the
+        prompt's final ``<ML>``; when one is missing the release silently returns zeros, and so does this (with a
+        warning).
+        """
+        generated = self.release_generate(inputs_embeds, tokenizer, max_new_tokens)
         deltas = parse_states([tokenizer.token_id("<ML>"), *generated], tokenizer)
         if deltas is None:
             logger.warning("release state pass: no well-formed states in %s; using zeros", tokenizer.decode(generated))
             deltas = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
-        return deltas, passes
+        return deltas, len(generated)
 
     @torch.no_grad()
     def predict_representation(self, inputs_embeds: torch.Tensor, prompt: Prompt) -> torch.Tensor:
