@@ -27,7 +27,8 @@ class Settings(BaseSettings):
 
     model: str = "toy"  # toy (trained, shipped) | tiny | full (random weights) | animegamer (the published files)
     checkpoints: Path = Path("checkpoints")  # the release's layout, for model animegamer
-    offload_mllm: Literal["auto", "on", "off"] = "auto"  # keep the MLLM off the GPU while the decoder runs
+    offload_mllm: Literal["auto", "on", "off"] = "auto"  # MLLM in host memory, on the GPU for its passes only
+    offload_decoder: Literal["auto", "on", "off"] = "auto"  # decoders in host memory, on the GPU to denoise
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     num_steps: int = Field(default=0, ge=0, le=1000)  # 0: the model's own (50)
     history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns (README: why, for the toy model too)

@@ -34,7 +34,7 @@ from animegamer.settings import get_settings
 from game.contract import TASK_NAME, TurnRequest
 from game.instruction import parse
 from worker.blob_store import BlobStore, store_for
-from worker.celery_app import RELEASE_MODEL, app, served_queues
+from worker.celery_app import app, served_queues
 from worker.control import Claim, JobControl, control_for
 from worker.metrics import observe_turn
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ANY_CHARACTER = "*"  # random-weight and toy models are no one character's
+ANY_CHARACTER = "*"  # random-weight and toy models are no one character's (pipeline.ANY_CHARACTER)
 PROGRESS_EVERY_SECONDS = 0.2  # a result-store write per denoising step would slow small models
 
 
@@ -96,21 +96,19 @@ class PipelineTask(Task):
     @property
     def pipelines(self) -> dict[str, AnimeGamerPipeline]:
         if self._pipelines is None:
-            from worker.pipeline.pipeline import load_pipeline
+            from worker.pipeline.pipeline import load_pipelines
 
             settings = get_settings()
-            characters = settings.characters if settings.model == RELEASE_MODEL else [ANY_CHARACTER]
-            self._pipelines = {
-                character.casefold(): load_pipeline(
-                    settings.model,
-                    device=settings.device,
-                    num_steps=settings.num_steps or None,
-                    checkpoints=settings.checkpoints,
-                    character=character,
-                    offload=settings.offload_mllm,
-                )
-                for character in characters
-            }
+            pipelines = load_pipelines(
+                settings.model,
+                settings.characters,
+                device=settings.device,
+                num_steps=settings.num_steps or None,
+                checkpoints=settings.checkpoints,
+                offload_mllm=settings.offload_mllm,
+                offload_decoder=settings.offload_decoder,
+            )
+            self._pipelines = {character.casefold(): pipeline for character, pipeline in pipelines.items()}
         return self._pipelines
 
     def pipeline_for(self, character: str) -> AnimeGamerPipeline:

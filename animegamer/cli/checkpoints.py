@@ -34,4 +34,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("\n".join(report.lines))
     playable = [r.character for r in reports if r.ok]
     print(f"\nPlayable: {', '.join(playable)}." if playable else f"\nNothing playable under {root}.")
+    if playable:
+        print_memory_plan(root, playable)
     return 0 if playable else 1
+
+
+def print_memory_plan(root: Path, characters: list[str]) -> None:
+    """GPU memory per stage for one character and for all, by placement (bf16; activations estimated)."""
+    from worker.pipeline.checkpoints.layout import CheckpointLayout
+    from worker.pipeline.checkpoints.load import found_config, memory_plan
+    from worker.pipeline.memory import GIB, PLACEMENTS, Placement
+
+    config = found_config(CheckpointLayout(root, characters[0]))
+    print("\nGPU memory: bf16 weights counted exactly, activations estimated (GiB):")
+    for group in [characters[:1], characters] if len(characters) > 1 else [characters]:
+        needs = memory_plan(config, len(group))
+        least = min(needs.peak(p) for p in PLACEMENTS) / GIB
+        resident = needs.peak(Placement()) / GIB
+        print(f"  {' and '.join(group)}: a GPU with {least:.1f} GiB free, {resident:.1f} to keep everything resident")
+        print("\n".join(f"    {line}" for line in needs.table()))

@@ -109,6 +109,7 @@ def write_release_mllm(
     shards: int = 1,
     trainable_only: bool = False,
     seed: int = 0,
+    write_base: bool = True,
 ) -> ReleaseFiles:
     """Write ``known`` as a Mistral directory (base weights) plus the release's MLLM state dict.
 
@@ -120,6 +121,8 @@ def write_release_mllm(
         trainable_only: save only trainable tensors (no ``base_layer`` / ``original_module`` copies),
             as a trainer saving ``requires_grad`` parameters would; else the whole state dict.
         seed: for the LoRA pairs and the base's pre-training norms and embedding rows.
+        write_base: False leaves the Mistral directory as another character's writer left it; the file then
+            loads into the known module only over the base it was written for (use ``trainable_only``).
     """
     from peft import LoraConfig, get_peft_model
     from safetensors.torch import save_file
@@ -148,20 +151,21 @@ def write_release_mllm(
             base[key] = rows + 0.1 * torch.randn(rows.shape, generator=gen)
 
     # 2. The Hugging Face directory: config.json and the base weights, optionally sharded with an index
-    layout.mistral_dir.mkdir(parents=True, exist_ok=True)
-    (layout.mistral_dir / "config.json").write_text(json.dumps(hf_config_json(known), indent=2))
-    keys = list(base)
-    if shards == 1:
-        save_file({key: base[key].contiguous() for key in keys}, layout.mistral_dir / "model.safetensors")
-    else:
-        weight_map: dict[str, str] = {}
-        for i in range(shards):
-            name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-            part = keys[i::shards]
-            save_file({key: base[key].contiguous() for key in part}, layout.mistral_dir / name)
-            weight_map.update(dict.fromkeys(part, name))
-        index = {"metadata": {"total_size": sum(t.numel() * 4 for t in base.values())}, "weight_map": weight_map}
-        (layout.mistral_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    if write_base:
+        layout.mistral_dir.mkdir(parents=True, exist_ok=True)
+        (layout.mistral_dir / "config.json").write_text(json.dumps(hf_config_json(known), indent=2))
+        keys = list(base)
+        if shards == 1:
+            save_file({key: base[key].contiguous() for key in keys}, layout.mistral_dir / "model.safetensors")
+        else:
+            weight_map: dict[str, str] = {}
+            for i in range(shards):
+                name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+                part = keys[i::shards]
+                save_file({key: base[key].contiguous() for key in part}, layout.mistral_dir / name)
+                weight_map.update(dict.fromkeys(part, name))
+            index = {"metadata": {"total_size": sum(t.numel() * 4 for t in base.values())}, "weight_map": weight_map}
+            (layout.mistral_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
     # 3. The release's model: Mistral with the base weights, embeddings resized, then wrapped by peft
     llm_config = MistralConfig(

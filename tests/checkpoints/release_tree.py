@@ -38,13 +38,16 @@ class TinyRelease:
     decoder: AnimeGamerDecoder
 
 
-def train_tokenizer(folder: Path, vocab_size: int = 300) -> int:
-    """A small SentencePiece model with Llama's special ids (unk 0, BOS 1, EOS 2), as Mistral's is."""
+def train_tokenizer(folder: Path, vocab_size: int = 300, padding: list[str] | None = None) -> int:
+    """A small SentencePiece model with Llama's special ids (unk 0, BOS 1, EOS 2), as Mistral's is.
+
+    ``padding`` symbols come on top of the ``vocab_size`` learned pieces, to reach a large vocabulary's size.
+    """
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(SENTENCES),
         model_writer=model,
-        vocab_size=vocab_size,
+        vocab_size=vocab_size + len(padding or ()),
         model_type="bpe",
         unk_id=0,
         bos_id=1,
@@ -52,9 +55,10 @@ def train_tokenizer(folder: Path, vocab_size: int = 300) -> int:
         pad_id=-1,
         byte_fallback=True,
         minloglevel=2,
+        user_defined_symbols=padding or [],
     )
     (folder / "tokenizer.model").write_bytes(model.getvalue())
-    return vocab_size
+    return vocab_size + len(padding or ())
 
 
 def write_tiny_release(root: Path, characters: tuple[str, ...] = ("Qiqi",), seed: int = 0) -> TinyRelease:
@@ -73,3 +77,15 @@ def write_tiny_release(root: Path, characters: tuple[str, ...] = ("Qiqi",), seed
     layout.vae_file.parent.mkdir(parents=True, exist_ok=True)
     write_release_vae(vae, layout.vae_file)
     return TinyRelease(root, config, mllm, decoder)
+
+
+def write_two_characters(root: Path) -> TinyRelease:
+    """Qiqi as ``write_tiny_release`` writes her, and Sosuke over the same Mistral base, as the release ships them:
+    his own LoRA, norms, embedding rows, resamplers (only the trainable tensors in his file) and decoder."""
+    release = write_tiny_release(root, ("Qiqi",), seed=0)
+    torch.manual_seed(1)
+    other = AnimeGamerMLLM(release.config.mllm, release.mllm.llm.config.vocab_size, release.config.decoder.hidden_size)
+    write_release_mllm(other, root, character="Sosuke", seed=1, trainable_only=True, write_base=False)
+    decoder = randomize_on_grid_(AnimeGamerDecoder.from_pipeline_config(release.config.decoder), 1)
+    write_release_decoder(decoder, CheckpointLayout(root, "Sosuke").decoder_dir, seed=1)
+    return release

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load as load_safetensors
@@ -21,9 +22,12 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import TurnRequest, TurnResult, inline
 from game.motion import flow_for
+from worker.pipeline.characters import SharedMLLM
 from worker.pipeline.config import RELEASE, TOY, PipelineConfig, get_config
 from worker.pipeline.decoder import AnimeGamerDecoder
+from worker.pipeline.memory import Placement
 from worker.pipeline.mllm import AnimeGamerMLLM
+from worker.pipeline.offload import visiting
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.sampler import DPMSolverSDESampler
 from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase
@@ -33,6 +37,7 @@ from worker.pipeline.video import encode_mp4
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[str, int, int], None]
+ANY_CHARACTER = "*"  # random-weight and toy models are no one character's
 REPRESENTATION_KEY = "representation"
 
 
@@ -50,7 +55,10 @@ class AnimeGamerPipeline:
     device: torch.device
     mllm_dtype: torch.dtype
     decoder_dtype: torch.dtype  # the VAE's too
-    offload_mllm: bool = False  # keep the MLLM in CPU memory while the decoder runs (one smaller GPU)
+    offload_mllm: bool = False  # the MLLM lives in host memory and visits the GPU for its two passes
+    offload_decoder: bool = False  # the decoder lives in host memory and visits the GPU for denoising
+    shared: SharedMLLM | None = None  # one MLLM base serving several characters' pipelines
+    character: str = ""  # whose parts ``shared`` switches to before this pipeline's MLLM passes
 
     @classmethod
     def random_weights(
@@ -61,6 +69,7 @@ class AnimeGamerPipeline:
         mllm_dtype: torch.dtype | None = None,
         decoder_dtype: torch.dtype | None = None,
         offload_mllm: bool = False,
+        offload_decoder: bool = False,
     ) -> AnimeGamerPipeline:
         """The architecture at the config's sizes with seeded random weights (labelled as such).
 
@@ -79,12 +88,24 @@ class AnimeGamerPipeline:
             mllm = AnimeGamerMLLM(
                 config.mllm, tokenizer.vocab_size, config.decoder.hidden_size, num_query_tokens=config.num_query_tokens
             )
-        with torch_device, _default_dtype(decoder_dtype):
+        with torch.device("cpu") if offload_decoder else torch_device, _default_dtype(decoder_dtype):
             decoder = AnimeGamerDecoder.from_pipeline_config(config.decoder)
+        with torch_device, _default_dtype(decoder_dtype):
             vae = build_vae(config.vae)
         for module in (mllm, decoder, vae):
             module.eval()
-        return cls(config, tokenizer, mllm, decoder, vae, torch_device, mllm_dtype, decoder_dtype, offload_mllm)
+        return cls(
+            config,
+            tokenizer,
+            mllm,
+            decoder,
+            vae,
+            torch_device,
+            mllm_dtype,
+            decoder_dtype,
+            offload_mllm,
+            offload_decoder=offload_decoder,
+        )
 
     @torch.no_grad()
     def __call__(self, request: TurnRequest, on_progress: ProgressFn | None = None) -> TurnResult:
@@ -104,7 +125,7 @@ class AnimeGamerPipeline:
 
         # 3. MLLM: four constrained forwards for the state tokens, one for the representation.
         report("mllm", 0, 2)
-        with self._mllm_on_device(timings):
+        with self.mllm_phase(timings):
             with _timed(timings, "state_pass"):
                 embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
                 deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
@@ -115,7 +136,7 @@ class AnimeGamerPipeline:
 
         # 4. Denoise a video latent conditioned on the representation and the motion scope.
         flow = flow_for(deltas.motion)
-        with _timed(timings, "denoise"):
+        with self.decoder_phase(timings), _timed(timings, "denoise"):
             latents = self.denoise(representation, flow, request.seed, report)  # (1, F, C, h, w)
 
         # 5. Decode to pixels and encode the clip.
@@ -179,20 +200,33 @@ class AnimeGamerPipeline:
             raise ValueError(f"A history turn's representation has shape {tuple(tensor.shape)}; expected {expected}.")
         return tensor.to(self.mllm.device, self.mllm_dtype)
 
+    @property
+    def placement(self) -> Placement:
+        return Placement(offload_mllm=self.offload_mllm, offload_decoder=self.offload_decoder)
+
     @contextmanager
-    def _mllm_on_device(self, timings: dict[str, float]) -> Iterator[None]:
-        """With offloading, the MLLM visits the GPU only for its two passes (about 15 GB at full size)."""
-        if not self.offload_mllm:
+    def mllm_phase(self, timings: dict[str, float] | None = None) -> Iterator[None]:
+        """The state and representation passes: this character's MLLM on the GPU (memory.py plans by this)."""
+        if self.shared is not None:
+            self.shared.use(self.character)
+        with self._on_device(self.mllm, self.offload_mllm, "mllm_to_gpu", timings):
             yield
-            return
-        with _timed(timings, "mllm_to_gpu"):
-            self.mllm.to(self.device)
-        try:
+
+    @contextmanager
+    def decoder_phase(self, timings: dict[str, float] | None = None) -> Iterator[None]:
+        """Denoising: this character's decoder on the GPU (memory.py plans by this)."""
+        with self._on_device(self.decoder, self.offload_decoder, "decoder_to_gpu", timings):
             yield
-        finally:
-            self.mllm.to("cpu")
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+
+    @contextmanager
+    def _on_device(
+        self, module: torch.nn.Module, offloaded: bool, stage: str, timings: dict[str, float] | None
+    ) -> Iterator[None]:
+        with ExitStack() as stack:
+            if offloaded:
+                with _timed(timings if timings is not None else {}, stage):  # the copy to the GPU
+                    stack.enter_context(visiting(module, self.device))
+            yield
 
     @staticmethod
     def _write_representation(representation: torch.Tensor) -> bytes:
@@ -217,22 +251,29 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def load_pipeline(
+def load_pipeline(name: str, device: str = "auto", num_steps: int | None = None, **options: Any) -> AnimeGamerPipeline:
+    """One pipeline by model name (for the published model, ``character``'s; Qiqi by default)."""
+    character = options.pop("character", "Qiqi")
+    return next(iter(load_pipelines(name, (character,), device, num_steps, **options).values()))
+
+
+def load_pipelines(
     name: str,
+    characters: Sequence[str],
     device: str = "auto",
     num_steps: int | None = None,
     *,
     checkpoints: Path | str = "checkpoints",
-    character: str = "Qiqi",
-    offload: str = "auto",
-) -> AnimeGamerPipeline:
-    """The pipeline a worker serves, by model name; built once per worker process.
+    offload_mllm: str = "auto",
+    offload_decoder: str = "auto",
+) -> dict[str, AnimeGamerPipeline]:
+    """The pipelines a worker serves, by model name; built once per worker process.
 
     ``toy`` is the trained toy-world model shipped with the project; ``tiny`` and ``full`` are random
-    weights (any character); ``animegamer`` loads the character's published MLLM + decoder pair from ``checkpoints``.
+    weights; these serve any character, so the one pipeline is returned under ``ANY_CHARACTER``.
+    ``animegamer`` loads each character's published MLLM parts and decoder beside one shared Mistral base.
     """
     resolved = resolve_device(device)
-    offload_mllm = {"on": True, "off": False}.get(offload)  # auto: decided from free GPU memory
     started = time.perf_counter()
     if name == RELEASE:
         if resolved == "cpu" and device == "auto":  # an explicit cpu is the user's choice (tiny trees, tests)
@@ -241,11 +282,16 @@ def load_pipeline(
                 "use ANIMEGAMER_MODEL=tiny on this machine."
             )
         from worker.pipeline.checkpoints.errors import CheckpointError
-        from worker.pipeline.checkpoints.load import load_release_pipeline
+        from worker.pipeline.checkpoints.load import load_release_pipelines
 
         try:
-            pipeline = load_release_pipeline(
-                checkpoints, character, device=resolved, num_steps=num_steps, offload_mllm=offload_mllm
+            pipelines = load_release_pipelines(
+                checkpoints,
+                tuple(characters),
+                device=resolved,
+                num_steps=num_steps,
+                offload_mllm=offload_mllm,
+                offload_decoder=offload_decoder,
             )
         except (CheckpointError, FileNotFoundError, ValueError) as exc:
             raise PipelineLoadError(str(exc)) from exc
@@ -253,7 +299,7 @@ def load_pipeline(
         from worker.pipeline.toy import ToyCheckpointError, load_toy_pipeline
 
         try:
-            pipeline = load_toy_pipeline(None, resolved, num_steps)
+            pipelines = {ANY_CHARACTER: load_toy_pipeline(None, resolved, num_steps)}
         except ToyCheckpointError as exc:
             raise PipelineLoadError(str(exc)) from exc
     else:
@@ -267,9 +313,10 @@ def load_pipeline(
             raise PipelineLoadError(
                 "The full-size model needs a CUDA GPU and none is visible; use ANIMEGAMER_MODEL=tiny on this machine."
             )
-        pipeline = AnimeGamerPipeline.random_weights(config, resolved, offload_mllm=bool(offload_mllm))
-    log.info("loaded %s pipeline on %s in %.1fs", name, resolved, time.perf_counter() - started)
-    return pipeline
+        offload = {"offload_mllm": offload_mllm == "on", "offload_decoder": offload_decoder == "on"}
+        pipelines = {ANY_CHARACTER: AnimeGamerPipeline.random_weights(config, resolved, **offload)}
+    log.info("loaded %s pipeline(s) on %s in %.1fs", name, resolved, time.perf_counter() - started)
+    return pipelines
 
 
 @contextmanager

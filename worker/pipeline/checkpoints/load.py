@@ -8,18 +8,20 @@ everything is checked before any weight reaches a GPU.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from worker.pipeline.checkpoints.decoder import load_decoder
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.layout import CHARACTERS, CheckpointLayout
-from worker.pipeline.checkpoints.mllm import load_mllm
+from worker.pipeline.checkpoints.mllm import LORA_RANK, load_mllm, load_shared_mllm, mllm_config_from_dir
 from worker.pipeline.checkpoints.vae import load_vae
 from worker.pipeline.config import PipelineConfig, full
-from worker.pipeline.memory import GIB, MemoryPlan, plan
+from worker.pipeline.memory import MemoryPlan, Placement, allowed_placements, plan
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
 
 log = logging.getLogger(__name__)
@@ -67,69 +69,119 @@ def require_pair(layout: CheckpointLayout) -> None:
         raise CheckpointError(folder, "missing" + hint, f"the {kind} of {layout.character}")
 
 
-def load_release_pipeline(
+def load_release_pipeline(root: Path | str, character: str, **options: Any):  # -> AnimeGamerPipeline
+    """One character's pipeline, its LoRA merged: what a worker serving only that character runs."""
+    return load_release_pipelines(root, (character,), **options)[character]
+
+
+def load_release_pipelines(
     root: Path | str,
-    character: str,
+    characters: Sequence[str],
     *,
     device: str,
     clip: Clip = Clip(),
     num_steps: int | None = None,
-    decoder_dtype: torch.dtype = torch.bfloat16,
-    offload_mllm: bool | None = None,
-):  # -> AnimeGamerPipeline (imported lazily: the pipeline module imports this one's callers)
-    """The character's pipeline from the published files (or tiny ones in the same layout).
+    dtype: torch.dtype | None = None,
+    offload_mllm: str = "auto",
+    offload_decoder: str = "auto",
+) -> dict[str, Any]:  # -> {character: AnimeGamerPipeline} (imported lazily: pipeline.py imports this module's callers)
+    """Every character's pipeline from the published files (or tiny ones in the same layout), in one worker.
 
-    ``offload_mllm=None`` decides from the GPU's free memory: the MLLM stays resident when
-    everything fits, and visits the GPU only for its passes when it does not.
+    The Mistral base is loaded once: with one character its LoRA is merged, with several each
+    character's trained parts sit beside the shared base (worker/pipeline/characters.py). Each
+    character has its own decoder; the tokenizer and the VAE are shared. Where each part lives
+    is chosen by the memory plan from the GPU's free memory (``auto``) or pinned (``on``/``off``).
+
+    Args:
+        dtype: the weights' dtype; default bf16 on a GPU (as the release runs), float32 on the CPU.
     """
     from worker.pipeline.pipeline import AnimeGamerPipeline, PipelineLoadError
 
-    layout = CheckpointLayout(Path(root), character)
-    require_pair(layout)
-    mllm_dtype = torch.bfloat16 if device != "cpu" else torch.float32
-    if device == "cpu":
-        decoder_dtype = torch.float32  # half-precision convolutions are slow or missing on CPUs
+    if not characters:
+        raise ValueError("no character to load")
+    layouts = {character: CheckpointLayout(Path(root), character) for character in characters}
+    for layout in layouts.values():
+        require_pair(layout)
+    try:
+        torch_device = torch.device(device)
+    except RuntimeError as exc:
+        raise PipelineLoadError(f"ANIMEGAMER_DEVICE={device} is not a torch device") from exc
+    on_gpu = torch_device.type != "cpu"
+    # Half-precision matmuls and convolutions are slow or missing on CPUs; bf16 there only when asked.
+    dtype = dtype or (torch.bfloat16 if on_gpu else torch.float32)
 
-    # 1. Cheap checks and sizes first: nothing large is read yet.
-    tokenizer = AnimeGamerTokenizer.from_checkpoint_dir(layout.mistral_dir)
-    decoder_file = layout.decoder_file()
-    if not layout.vae_file.is_file():
-        raise CheckpointError(layout.vae_file, "missing", "the CogVideoX 3D VAE ({'state_dict': ...})")
+    # 1. Cheap checks and sizes first: shapes only, nothing large is read yet.
+    first = layouts[characters[0]]
+    tokenizer = AnimeGamerTokenizer.from_checkpoint_dir(first.mistral_dir)
+    decoder_files = {character: layout.decoder_file() for character, layout in layouts.items()}
+    if not first.vae_file.is_file():
+        raise CheckpointError(first.vae_file, "missing", "the CogVideoX 3D VAE ({'state_dict': ...})")
+    config = found_config(first, clip, num_steps)
 
-    # 2. Build the parts (each loader checks every key and shape before it reads a weight).
-    decoder = load_decoder(decoder_file, dtype=decoder_dtype, device=device).eval()
-    vae = load_vae(layout.vae_file, dtype=decoder_dtype, device=device).eval()
-    config = PipelineConfig(
+    # 2. Where each part lives, from the plan of exactly this placement (memory.py)
+    several = len(characters) > 1
+    needs = memory_plan(config, len(characters), dtype)
+    allowed = allowed_placements(offload_mllm, offload_decoder)
+    placement = Placement()
+    if on_gpu:
+        free, _ = torch.cuda.mem_get_info(torch_device)
+        placement = needs.choose(free, allowed, "animegamer model")
+    mllm_home = "cpu" if placement.offload_mllm else device
+    decoder_home = "cpu" if placement.offload_decoder else device
+
+    # 3. The parts (each loader checks every key and shape before it reads a weight)
+    vae = load_vae(first.vae_file, dtype=dtype, device=device).eval()
+    decoders = {c: load_decoder(f, dtype=dtype, device=decoder_home).eval() for c, f in decoder_files.items()}
+    width = config.decoder.hidden_size
+    mllm_options = {"vocab_size": tokenizer.vocab_size, "representation_dim": width, "dtype": dtype}
+    shared = None
+    if several:
+        mllm_files = {character: layout.mllm_file for character, layout in layouts.items()}
+        shared = load_shared_mllm(first.mistral_dir, mllm_files, device=mllm_home, **mllm_options)
+        mllm = shared.mllm
+    else:
+        mllm = load_mllm(first.mistral_dir, first.mllm_file, device=mllm_home, **mllm_options)
+        assert mllm is not None
+    log.info("loaded %s from %s on %s (%s)", ", ".join(characters), root, device, placement.describe())
+    return {
+        character: AnimeGamerPipeline(
+            config,
+            tokenizer,
+            mllm.eval(),
+            decoders[character],
+            vae,
+            torch_device,
+            dtype,
+            dtype,
+            offload_mllm=placement.offload_mllm,
+            offload_decoder=placement.offload_decoder,
+            shared=shared,
+            character=character,
+        )
+        for character in characters
+    }
+
+
+def found_config(layout: CheckpointLayout, clip: Clip = Clip(), num_steps: int | None = None) -> PipelineConfig:
+    """The pipeline's sizes as the files give them (shapes and config.json only; no weight is read)."""
+    decoder = load_decoder(layout.decoder_file(), dtype=torch.bfloat16, device="meta")
+    vae = load_vae(layout.vae_file, dtype=torch.bfloat16, device="meta")
+    return PipelineConfig(
         name="animegamer",
         decoder=_decoder_config(decoder),
         vae=_vae_config(vae),
-        mllm=replace(PUBLISHED.mllm),  # replaced below by the sizes of config.json
+        mllm=mllm_config_from_dir(layout.mistral_dir),
         num_frames=clip.num_frames,
         height=clip.height,
         width=clip.width,
         sampler=replace(PUBLISHED.sampler, num_steps=num_steps or PUBLISHED.sampler.num_steps),
         label="",
     )
-    if offload_mllm is None:
-        offload_mllm = _should_offload(config, mllm_dtype, decoder_dtype, device)
-    mllm = load_mllm(
-        layout.mistral_dir,
-        layout.mllm_file,
-        vocab_size=tokenizer.vocab_size,
-        representation_dim=decoder.hidden_size,
-        dtype=mllm_dtype,
-        device="cpu" if offload_mllm else device,
-    )
-    assert mllm is not None
-    config = replace(config, mllm=mllm.config)
-    try:
-        torch_device = torch.device(device)
-    except RuntimeError as exc:
-        raise PipelineLoadError(f"ANIMEGAMER_DEVICE={device} is not a torch device") from exc
-    log.info("loaded %s from %s on %s (offload MLLM: %s)", character, root, device, offload_mllm)
-    return AnimeGamerPipeline(
-        config, tokenizer, mllm.eval(), decoder, vae, torch_device, mllm_dtype, decoder_dtype, offload_mllm
-    )
+
+
+def memory_plan(config: PipelineConfig, characters: int, dtype: torch.dtype = torch.bfloat16) -> MemoryPlan:
+    """The GPU plan of a worker serving ``characters`` of these sizes: one merged MLLM, or a shared base + LoRA."""
+    return plan(config, dtype, dtype, characters=characters, lora_rank=LORA_RANK if characters > 1 else 0)
 
 
 def _decoder_config(decoder):
@@ -150,29 +202,6 @@ def _vae_config(vae):
         norm_num_groups=cfg.norm_num_groups,
         scaling_factor=cfg.scaling_factor,
         temporal_compression=cfg.temporal_compression_ratio,
-    )
-
-
-def _should_offload(config: PipelineConfig, mllm_dtype: torch.dtype, decoder_dtype: torch.dtype, device: str) -> bool:
-    if not device.startswith("cuda"):
-        return False
-    free, _ = torch.cuda.mem_get_info(torch.device(device))
-    return offload_decision(plan(config, mllm_dtype, decoder_dtype), free, config.name)
-
-
-def offload_decision(needs: MemoryPlan, free_bytes: int, model: str) -> bool:
-    """Resident when everything fits, offloaded when only that fits; else say what is needed."""
-    from worker.pipeline.pipeline import PipelineLoadError
-
-    if needs.gpu_bytes(offload_mllm=False) <= free_bytes:
-        return False
-    if needs.gpu_bytes(offload_mllm=True) <= free_bytes:
-        log.info("not everything fits in %.1f GiB free: the MLLM is offloaded between its passes", free_bytes / GIB)
-        return True
-    raise PipelineLoadError(
-        f"This GPU has {free_bytes / GIB:.1f} GiB free; the {model} model needs about "
-        f"{needs.gpu_bytes(offload_mllm=False) / GIB:.1f} GiB, or {needs.gpu_bytes(offload_mllm=True) / GIB:.1f} GiB "
-        "with the MLLM offloaded (ANIMEGAMER_OFFLOAD_MLLM=on). Free the GPU or use a larger one."
     )
 
 

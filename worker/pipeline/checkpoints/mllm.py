@@ -47,7 +47,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from torch import nn
 
+from worker.pipeline.characters import LORA_TARGETS, CharacterParts, SharedMLLM, is_character_parameter
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.files import load_torch_file
 from worker.pipeline.config import MLLMConfig
@@ -57,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 LLM_PREFIX = "llm.base_model.model."  # PeftModelForCausalLM.base_model (LoraModel).model (MistralForCausalLM)
 ADAPTER = "default"  # peft's name for the only adapter the release trains
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 NORMS = ("input_layernorm", "post_attention_layernorm", "norm")  # modules_to_save
 LORA_RANK = 32  # mistral-7b.yaml; the rank actually merged is read from the file's A matrices
 LORA_ALPHA = 32.0  # mistral-7b.yaml; not stored in the state dict, so it is a constant here
@@ -333,6 +334,118 @@ def load_mllm(
     mistral_dir, mllm_file, device = Path(mistral_dir), Path(mllm_file), torch.device(device)
 
     # 1. Sizes, and an empty module at those sizes
+    config, module, targets = _empty_module(mistral_dir, vocab_size, representation_dim)
+
+    # 2. Check the MLLM file against the release layout, then the base directory
+    slots = release_slots(targets)
+    state, rank, overrides, skipped = _checked_mllm_file(mllm_file, slots, targets)
+    base = _checked_base(mistral_dir, config, targets)
+
+    if validate_only:
+        return None
+
+    # 4. Assemble: merged projections, trained norms / embeddings / resamplers from the MLLM file
+    scale = LORA_ALPHA / rank
+    pairs: dict[str, dict[_Role, torch.Tensor]] = {}
+    weights: dict[str, torch.Tensor] = {}
+    for key, slot in slots.items():
+        if slot.role == "value":
+            weights[slot.target] = state[key].to(device=device, dtype=dtype, copy=True)  # copy: off the file's mmap
+        elif slot.role in ("lora_A", "lora_B"):
+            pairs.setdefault(slot.target, {})[slot.role] = state[key]
+    for target, pair in pairs.items():
+        source = state[overrides[target]] if target in overrides else base.get(target.removeprefix("llm."))
+        merged = source.to(device=device, dtype=torch.float32, copy=True)  # merge in float32, cast once
+        lora_b = pair["lora_B"].to(device=device, dtype=torch.float32)
+        lora_a = pair["lora_A"].to(device=device, dtype=torch.float32)
+        merged.addmm_(lora_b, lora_a, alpha=scale)  # W + scale * B @ A
+        weights[target] = merged.to(dtype)
+    del state  # drops the file's memory map
+
+    # 5. Fill the module in one step
+    _fill(module, weights, device)
+    logger.info(
+        "loaded the MLLM from %s and %s: %d LoRA pairs merged (rank %d, scale %g), %d base copies from the file, "
+        "skipped %s",
+        mistral_dir,
+        mllm_file,
+        len(pairs),
+        rank,
+        scale,
+        len(overrides),
+        dict(skipped) or "nothing",
+    )
+    return module
+
+
+def load_shared_mllm(
+    mistral_dir: Path | str,
+    mllm_files: Mapping[str, Path],
+    *,
+    vocab_size: int,
+    representation_dim: int,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cpu",
+) -> SharedMLLM:
+    """One Mistral base and each character's trained parts beside it, the LoRA left unmerged.
+
+    Every file gets the checks of ``load_mllm``. A character file that carries frozen base copies
+    must carry the base the others share: a different one is refused, since the characters could
+    then not share it (serve such a character in a worker of its own).
+
+    Args:
+        mllm_files: ``{character: AnimeGamer/MLLM-<Character>/pytorch_model.bin}``.
+        device: where the base and every character's parts live (the MLLM's home).
+    """
+    mistral_dir, device = Path(mistral_dir), torch.device(device)
+    config, module, targets = _empty_module(mistral_dir, vocab_size, representation_dim)
+    slots = release_slots(targets)
+    checked = {name: _checked_mllm_file(Path(path), slots, targets) for name, path in mllm_files.items()}
+    base = _checked_base(mistral_dir, config, targets)
+
+    # 1. The shared projections, read once from the base directory
+    weights = {
+        target: base.get(target.removeprefix("llm.")).to(device=device, dtype=dtype, copy=True)
+        for target in targets
+        if not is_character_parameter(target)
+    }
+
+    # 2. Each character's parts: its trained values and its LoRA factors, as the file holds them
+    characters: dict[str, CharacterParts] = {}
+    for name, (state, rank, overrides, _) in checked.items():
+        for target, key in overrides.items():
+            if not torch.equal(state[key].to(dtype), weights[target].cpu()):
+                raise CheckpointError(
+                    Path(mllm_files[name]), f"holds base weights ({key}) unlike {mistral_dir}'s", "the shared base"
+                )
+        values: dict[str, nn.Parameter] = {}
+        factors: dict[str, dict[_Role, nn.Parameter]] = {}
+        for key, slot in slots.items():
+            if slot.role == "value":
+                values[slot.target] = _parameter(state[key], device, dtype)
+            elif slot.role in ("lora_A", "lora_B"):
+                factors.setdefault(slot.target.removesuffix(".weight"), {})[slot.role] = _parameter(
+                    state[key], device, dtype
+                )
+        lora = {path: (pair["lora_A"], pair["lora_B"]) for path, pair in factors.items()}
+        characters[name] = CharacterParts(values=values, lora=lora, scale=LORA_ALPHA / rank)
+        del state  # drops the file's memory map
+
+    # 3. Fill the module with the first character's values; SharedMLLM switches them per turn
+    first = next(iter(characters.values()))
+    _fill(module, {**weights, **first.values}, device)
+    logger.info("loaded one MLLM base from %s for %s, LoRA unmerged", mistral_dir, ", ".join(characters))
+    return SharedMLLM(module, characters)
+
+
+def _parameter(tensor: torch.Tensor, device: torch.device, dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(tensor.to(device=device, dtype=dtype, copy=True), requires_grad=False)  # off the mmap
+
+
+def _empty_module(
+    mistral_dir: Path, vocab_size: int, representation_dim: int
+) -> tuple[MLLMConfig, AnimeGamerMLLM, dict[str, tuple[int, ...]]]:
+    """config.json's sizes, the module at those sizes on the meta device, and its state dict's shapes."""
     config = mllm_config_from_dir(mistral_dir)
     if vocab_size <= config.base_vocab_size:
         raise CheckpointError(
@@ -342,11 +455,27 @@ def load_mllm(
         )
     with torch.device("meta"):
         module = AnimeGamerMLLM(config, vocab_size, representation_dim)
-    targets = {key: tuple(t.shape) for key, t in module.state_dict().items()}
+    return config, module, {key: tuple(t.shape) for key, t in module.state_dict().items()}
 
-    # 2. Check the MLLM file against the release layout
+
+def _fill(module: AnimeGamerMLLM, weights: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Fill the meta module in one step, and rebuild the rotary tables the meta device left empty."""
+    module.load_state_dict(weights, strict=True, assign=True)
+    rotary = module.llm.model.rotary_emb
+    module.llm.model.rotary_emb = type(rotary)(config=module.llm.config).to(device)  # on the CPU, as from_pretrained
+    empty = [name for name, t in chain(module.named_parameters(), module.named_buffers()) if t.is_meta]
+    assert not empty, f"tensors left unloaded on the meta device: {empty}"
+    module.eval().requires_grad_(False)
+
+
+def _checked_mllm_file(
+    mllm_file: Path, slots: dict[str, _Slot], targets: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, torch.Tensor], int, dict[str, str], Counter[str]]:
+    """The MLLM file's tensors (memory-mapped), its LoRA rank, its frozen base copies and what was skipped.
+
+    Every key is used, skipped by rule or reported; every required key is there with its shape.
+    """
     state = load_torch_state(mllm_file)
-    slots = release_slots(targets)
     ranks = [state[key].shape[0] for key, slot in slots.items() if slot.role == "lora_A" and key in state]
     rank = ranks[0] if ranks else LORA_RANK
     skipped = Counter(reason for key in state if key not in slots and (reason := skip_reason(key)))
@@ -377,8 +506,11 @@ def load_mllm(
                     mllm_file, f"holds both {overrides[slot.target]} and {key}", "one base copy per projection"
                 )
             overrides[slot.target] = key
+    return state, rank, overrides, skipped
 
-    # 3. Check the base directory: every tensor of the Hugging Face model, at the config's sizes
+
+def _checked_base(mistral_dir: Path, config: MLLMConfig, targets: dict[str, tuple[int, ...]]) -> _Tensors:
+    """The base directory's tensors (read on demand): every tensor of the Hugging Face model, at config.json's sizes."""
     base, base_path = _open_base_weights(mistral_dir)
     base_vocab = (config.base_vocab_size, config.hidden_size)
     base_targets = {
@@ -397,44 +529,4 @@ def load_mllm(
             raise CheckpointError(
                 base.files[key], f"tensor {key} has shape {list(base.shapes[key])}", f"{list(shape)} (config.json)"
             )
-
-    if validate_only:
-        return None
-
-    # 4. Assemble: merged projections, trained norms / embeddings / resamplers from the MLLM file
-    scale = LORA_ALPHA / rank
-    pairs: dict[str, dict[_Role, torch.Tensor]] = {}
-    weights: dict[str, torch.Tensor] = {}
-    for key, slot in slots.items():
-        if slot.role == "value":
-            weights[slot.target] = state[key].to(device=device, dtype=dtype, copy=True)  # copy: off the file's mmap
-        elif slot.role in ("lora_A", "lora_B"):
-            pairs.setdefault(slot.target, {})[slot.role] = state[key]
-    for target, pair in pairs.items():
-        source = state[overrides[target]] if target in overrides else base.get(target.removeprefix("llm."))
-        merged = source.to(device=device, dtype=torch.float32, copy=True)  # merge in float32, cast once
-        lora_b = pair["lora_B"].to(device=device, dtype=torch.float32)
-        lora_a = pair["lora_A"].to(device=device, dtype=torch.float32)
-        merged.addmm_(lora_b, lora_a, alpha=scale)  # W + scale * B @ A
-        weights[target] = merged.to(dtype)
-    del state  # drops the file's memory map
-
-    # 5. Fill the module in one step; rebuild the rotary tables the meta device left empty
-    module.load_state_dict(weights, strict=True, assign=True)
-    rotary = module.llm.model.rotary_emb
-    module.llm.model.rotary_emb = type(rotary)(config=module.llm.config).to(device)  # on the CPU, as from_pretrained
-    empty = [name for name, t in chain(module.named_parameters(), module.named_buffers()) if t.is_meta]
-    assert not empty, f"tensors left unloaded on the meta device: {empty}"
-    module.eval().requires_grad_(False)
-    logger.info(
-        "loaded the MLLM from %s and %s: %d LoRA pairs merged (rank %d, scale %g), %d base copies from the file, "
-        "skipped %s",
-        mistral_dir,
-        mllm_file,
-        len(pairs),
-        rank,
-        scale,
-        len(overrides),
-        dict(skipped) or "nothing",
-    )
-    return module
+    return base
