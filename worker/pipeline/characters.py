@@ -100,6 +100,12 @@ class SharedMLLM:
         self.active = character
         return self.mllm
 
+    def set_mode(self, mode: SwitchMode) -> None:
+        """Fold the active character's LoRA in (``merged``) or out (``unmerged``) of the shared weights."""
+        if mode != self.mode and self.active is not None:
+            self._fold(self.characters[self.active], sign=1.0 if mode == "merged" else -1.0)
+        self.mode = mode
+
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor this object holds: the module's own and each character's, each once."""
         found: dict[int, torch.Tensor] = {id(t): t for t in self.mllm.parameters()}
