@@ -18,31 +18,14 @@ from dataclasses import replace
 
 import torch
 
-from worker.pipeline.characters import CharacterParts, SharedMLLM, is_character_parameter, lora_targets
+from worker.pipeline.characters import SharedMLLM, lora_targets, random_parts
 from worker.pipeline.config import MLLMConfig, full
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.tokenizer import added_token_names
 
-RANK = 32  # the release's LoRA rank and alpha: scale 1
 PROMPT_TOKENS = 560
 SWITCHES = 100
 MID = MLLMConfig(hidden_size=1024, num_layers=8, num_heads=8, num_kv_heads=2, intermediate_size=3584)
-
-
-def random_parts(mllm: AnimeGamerMLLM, seed: int) -> CharacterParts:
-    """One character's trained parts with random values at the module's sizes (as a trained LoRA's scale)."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def like(shape: tuple[int, ...], std: float) -> torch.nn.Parameter:
-        value = torch.randn(shape, generator=generator) * std
-        return torch.nn.Parameter(value.to(mllm.device, mllm.dtype), requires_grad=False)
-
-    values = {name: like(tuple(p.shape), 0.02) for name, p in mllm.named_parameters() if is_character_parameter(name)}
-    lora = {}
-    for path in lora_targets(mllm):
-        linear = mllm.get_submodule(path)
-        lora[path] = (like((RANK, linear.in_features), 0.02), like((linear.out_features, RANK), 0.02))
-    return CharacterParts(values, lora, scale=1.0)
 
 
 def timed(fn, device: torch.device) -> float:

@@ -7,6 +7,8 @@ Ours: bf16 MLLM and decoder, PyTorch SDPA, the CFG pair as one batch, chunked VA
 state pass in four forwards. The release's choices on the same weights and seed: fp16 decoder
 and VAE, both models resident, the state pass as greedy generation with a 200-token budget.
 Stages are timed with CUDA events (perf_counter on the CPU) and peak memory is read per stage.
+Then (``--characters 2``, the default) Qiqi and Sosuke on one shared base, a turn each, everything
+resident and then both parts offloaded, each turn's peak beside the memory plan's figures.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from game.contract import TurnRequest
 from game.motion import flow_for
+from worker.pipeline.characters import SharedMLLM, random_parts
 from worker.pipeline.config import get_config
-from worker.pipeline.pipeline import AnimeGamerPipeline
+from worker.pipeline.decoder import AnimeGamerDecoder
+from worker.pipeline.memory import STAGES, Placement, plan
+from worker.pipeline.pipeline import AnimeGamerPipeline, _default_dtype
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.vae import decode_latents
 from worker.pipeline.video import encode_mp4
@@ -98,6 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="full")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--characters", type=int, choices=(1, 2), default=2, help="2: also two characters, one base")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -127,6 +134,59 @@ def main() -> None:
         one_turn(ours, release_state_pass=True),
     )
     print(f"\nratio release/ours, whole turn: {release_total / ours_total:.2f}x (one run)")
+
+    if args.characters == 2:
+        ours.decoder.to(ours.mllm_dtype)
+        ours.vae.to(ours.mllm_dtype)
+        ours.decoder_dtype = ours.mllm_dtype
+        two_characters(ours)
+
+
+def two_characters(ours: AnimeGamerPipeline) -> None:
+    """Qiqi and Sosuke on one base (random parts, a second random decoder): a turn each, per placement.
+
+    Prints each turn's stages (the pipeline's own timings, with the visits to the GPU) and its peak GPU
+    memory beside the memory plan's weights and estimate for that placement.
+    """
+    cfg, device = ours.config, ours.device
+    shared = SharedMLLM(ours.mllm, {"Qiqi": random_parts(ours.mllm, 1), "Sosuke": random_parts(ours.mllm, 2)})
+    with device, _default_dtype(ours.decoder_dtype):
+        second = AnimeGamerDecoder.from_pipeline_config(cfg.decoder).eval()
+    decoders = {"Qiqi": ours.decoder, "Sosuke": second}
+    needs = plan(cfg, ours.mllm_dtype, ours.decoder_dtype, characters=2, lora_rank=32)
+    print(f"\ntwo characters on one base ({cfg.name}, random weights)")
+    print(f"{'placement':<28}{'turn':<8}{'seconds':>9}{'to GPU s':>10}{'peak GiB':>10}{'plan weights':>14}{'plan':>8}")
+    for placement in (Placement(), Placement(offload_mllm=True, offload_decoder=True)):
+        pipes = {c: replace(ours, decoder=decoders[c], shared=shared, character=c) for c in decoders}
+        for pipe in pipes.values():
+            pipe.offload_mllm, pipe.offload_decoder = placement.offload_mllm, placement.offload_decoder
+        decoder_weights = [p for d in decoders.values() for p in d.parameters()]
+        homes = (shared.tensors(), placement.offload_mllm), (decoder_weights, placement.offload_decoder)
+        _move_all(homes, device)
+        for character in ("Qiqi", "Sosuke", "Qiqi"):
+            line = LINE.replace("Qiqi", character)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            started = time.perf_counter()
+            result = pipes[character](TurnRequest(job_id="b", instruction=line, seed=1))
+            seconds = time.perf_counter() - started
+            peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+            visits = result.timings.get("mllm_to_gpu", 0.0) + result.timings.get("decoder_to_gpu", 0.0)
+            weights = max(needs.weights_on_gpu(s, placement) for s in STAGES) / 2**30
+            print(
+                f"{placement.describe():<28}{character:<8}{seconds:>9.2f}{visits:>10.2f}{peak:>10.2f}"
+                f"{weights:>14.2f}{needs.peak(placement) / 2**30:>8.2f}"
+            )
+        _move_all(homes, device, back=True)
+
+
+def _move_all(homes, device: torch.device, back: bool = False) -> None:
+    """Put offloaded parts in host memory (as the loader would) or back on the device."""
+    for tensors, offloaded in homes:
+        if offloaded:
+            for tensor in tensors:
+                tensor.data = tensor.data.to(device if back else "cpu")
 
 
 if __name__ == "__main__":

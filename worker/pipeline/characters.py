@@ -120,3 +120,19 @@ class SharedMLLM:
             delta = lora_b.float() @ lora_a.float()  # [out, in], in float32, then rounded once into the weight
             weight.copy_((weight.float() + sign * parts.scale * delta).to(weight.dtype))
             self._projections[path].lora_merged = sign > 0
+
+
+def random_parts(mllm: AnimeGamerMLLM, seed: int, rank: int = 32) -> CharacterParts:
+    """A character's parts with seeded random values at ``mllm``'s sizes: random weights, for benchmarks."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def like(shape: tuple[int, ...]) -> nn.Parameter:
+        value = torch.randn(shape, generator=generator) * 0.02
+        return nn.Parameter(value.to(mllm.device, mllm.dtype), requires_grad=False)
+
+    values = {name: like(tuple(p.shape)) for name, p in mllm.named_parameters() if is_character_parameter(name)}
+    lora = {}
+    for path in lora_targets(mllm):
+        linear = mllm.get_submodule(path)
+        lora[path] = (like((rank, linear.in_features)), like((linear.out_features, rank)))
+    return CharacterParts(values, lora, scale=1.0)
