@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import torch
 
 from worker.pipeline.checkpoints.errors import CheckpointError
-from worker.pipeline.checkpoints.files import drop_mapped_pages, load_torch_file, resolve_decoder_file
+from worker.pipeline.checkpoints.files import RELEASE_EVERY, hand_back, load_torch_file, resolve_decoder_file
 from worker.pipeline.config import DecoderConfig
 from worker.pipeline.decoder import AnimeGamerDecoder
 
@@ -69,7 +69,6 @@ DROPPED_DIT_KEYS: dict[str, str] = {
 
 _LAYER_KEY = re.compile(re.escape(DIT_PREFIX) + r"transformer\.layers\.(\d+)\.")
 _MAX_LISTED = 8  # keys named in one error message; the count of the rest follows
-RELEASE_EVERY = 256 * 2**20  # file bytes converted between two hand-backs of the mapped pages (a syscall each)
 
 Shape = tuple[int, ...]
 
@@ -353,10 +352,10 @@ def _convert(
     for rule in rules:
         converted.update(rule.apply(state, dtype, device))
         read += sum(state[key].nbytes for key in rule.sources())
-        if read >= RELEASE_EVERY:  # the file's pages read so far go back: converted tensors are copies
-            drop_mapped_pages(path)
+        if read >= RELEASE_EVERY:  # the file's pages read so far go back (converted tensors are copies)
+            hand_back(path)
             read = 0
-    drop_mapped_pages(path)
+    hand_back(path)
 
     skipped = [k for k in state if k not in expected]
     logger.info("%s: %d decoder tensors converted, %d skipped by rule", path, len(converted), len(skipped))

@@ -18,6 +18,7 @@ from worker.pipeline.checkpoints.errors import CheckpointError
 
 SAT_TRACKER = "latest"  # SwissArmyTransformer writes the newest step folder's name here
 SAT_MODEL_FILE = "mp_rank_00_model_states.pt"
+RELEASE_EVERY = 256 * 2**20  # bytes a load reads between two hand-backs of memory it is done with (hand_back)
 
 
 def _numpy_globals() -> list[Any]:
@@ -64,20 +65,41 @@ def load_torch_file(path: Path | str) -> dict[str, Any]:
     return obj
 
 
-def _madvise() -> object | None:
-    """libc's ``madvise``, where there is one to call (Linux); None elsewhere."""
-    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
+def _libc(name: str, argtypes: list[Any]) -> Any | None:
+    """A libc function where there is one to call (Linux; ``malloc_trim`` is glibc's), else None."""
+    if not sys.platform.startswith("linux"):
         return None
     try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function
 
 
-_MADVISE = _madvise()  # decided once
+# Decided once.
+_MADVISE = _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
+_MALLOC_TRIM = _libc("malloc_trim", [ctypes.c_size_t])
+
+
+def hand_back(path: Path | str) -> None:
+    """Give the system what a load is done with: the pages of ``path`` it read (``drop_mapped_pages``) and the
+    C heap's free pages (``trim_heap``). Loaders call it every ``RELEASE_EVERY`` bytes they read."""
+    drop_mapped_pages(path)
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Return the free pages inside the C heap to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    glibc serves allocations under its mmap threshold (which grows to 32 MB as large blocks are freed) from the
+    heap and keeps them when freed. A LoRA merge frees a float32 buffer for every bf16 weight it keeps, and the
+    holes left between kept weights came to 0.5 GB resident at the end of a full-size load; trimming as the load
+    goes hands them back (47 calls, 0.2 s in all, for the MLLM).
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def drop_mapped_pages(path: Path | str) -> int:
@@ -86,11 +108,12 @@ def drop_mapped_pages(path: Path | str) -> int:
     A memory-mapped ``torch.load`` keeps every page a conversion has read resident in this process for as long as
     any tensor of the file lives: converting a 3.4 GB decoder file would otherwise hold the file's pages beside
     the converted copies, a second copy of the weights in resident memory. The pages are clean copies of the
-    file, so dropping them loses nothing; a tensor read again afterwards reads the file again. Only mappings of
+    file, so dropping them loses nothing (the loaders never write to a file's tensors; a page written in place
+    would be lost); a tensor read again afterwards reads the file again. Only mappings of
     ``path`` itself are touched (``/proc/self/maps``), so anonymous memory is never dropped. A no-op where
     there is no ``/proc`` or ``madvise`` (it only saves memory, never changes a value).
     """
-    if _MADVISE is None:
+    if _MADVISE is None or not hasattr(mmap, "MADV_DONTNEED"):
         return 0
     target = os.path.realpath(path)
     ranges = []

@@ -51,7 +51,7 @@ from torch import nn
 
 from worker.pipeline.characters import LORA_TARGETS, CharacterParts, SharedMLLM, is_character_parameter
 from worker.pipeline.checkpoints.errors import CheckpointError
-from worker.pipeline.checkpoints.files import load_torch_file
+from worker.pipeline.checkpoints.files import RELEASE_EVERY, load_torch_file, trim_heap
 from worker.pipeline.config import MLLMConfig
 from worker.pipeline.mllm import AnimeGamerMLLM
 
@@ -166,6 +166,7 @@ class _Tensors:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.files: dict[str, Path] = {}
         self._readers: dict[Path, Callable[[str], torch.Tensor]] = {}
+        self._read = 0  # bytes read since memory was last handed back
 
     def add(self, path: Path, shapes: Mapping[str, tuple[int, ...]], read: Callable[[str], torch.Tensor]) -> None:
         for key, shape in shapes.items():
@@ -178,9 +179,14 @@ class _Tensors:
     def get(self, key: str) -> torch.Tensor:
         path = self.files[key]
         try:
-            return self._readers[path](key)
+            tensor = self._readers[path](key)
         except Exception as exc:  # a damaged file fails here in library-specific ways; all mean the same
             raise CheckpointError(path, f"cannot read tensor {key} ({exc})", "an intact file") from exc
+        self._read += tensor.nbytes
+        if self._read >= RELEASE_EVERY:  # the reader knows how far the load has got: free what it is done with
+            trim_heap()
+            self._read = 0
+        return tensor
 
     def add_safetensors(self, path: Path) -> None:
         from safetensors import safe_open

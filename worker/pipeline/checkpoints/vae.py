@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLCogVideoX
 
-from worker.pipeline.checkpoints.decoder import RELEASE_EVERY, check_sources
+from worker.pipeline.checkpoints.decoder import check_sources
 from worker.pipeline.checkpoints.errors import CheckpointError
-from worker.pipeline.checkpoints.files import drop_mapped_pages, load_torch_file
+from worker.pipeline.checkpoints.files import RELEASE_EVERY, hand_back, load_torch_file
 from worker.pipeline.config import VAEConfig
 from worker.pipeline.vae import build_vae
 
@@ -143,9 +143,9 @@ def _convert(
         converted[dst] = state[src].to(device=device, dtype=dtype or state[src].dtype, copy=True)
         read += state[src].nbytes
         if read >= RELEASE_EVERY:
-            drop_mapped_pages(path)
+            hand_back(path)
             read = 0
-    drop_mapped_pages(path)
+    hand_back(path)
     logger.info("%s: %d VAE tensors converted, %d skipped by rule", path, len(converted), len(state) - len(converted))
     return cfg, converted
 
