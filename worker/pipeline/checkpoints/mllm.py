@@ -51,7 +51,7 @@ from torch import nn
 
 from worker.pipeline.characters import LORA_TARGETS, CharacterParts, SharedMLLM, is_character_parameter
 from worker.pipeline.checkpoints.errors import CheckpointError
-from worker.pipeline.checkpoints.files import RELEASE_EVERY, load_torch_file, trim_heap
+from worker.pipeline.checkpoints.files import RELEASE_EVERY, hand_back, load_torch_file, trim_heap
 from worker.pipeline.config import MLLMConfig
 from worker.pipeline.mllm import AnimeGamerMLLM
 
@@ -359,6 +359,7 @@ def load_mllm(
             weights[slot.target] = state[key].to(device=device, dtype=dtype, copy=True)  # copy: off the file's mmap
         elif slot.role in ("lora_A", "lora_B"):
             pairs.setdefault(slot.target, {})[slot.role] = state[key]
+    hand_back(mllm_file)  # the embeddings' and resamplers' pages, copied: 0.5 GB of the file at full size
     for target, pair in pairs.items():
         source = state[overrides[target]] if target in overrides else base.get(target.removeprefix("llm."))
         merged = source.to(device=device, dtype=torch.float32, copy=True)  # merge in float32, cast once
@@ -435,7 +436,7 @@ def load_shared_mllm(
                 )
         lora = {path: (pair["lora_A"], pair["lora_B"]) for path, pair in factors.items()}
         characters[name] = CharacterParts(values=values, lora=lora, scale=LORA_ALPHA / rank)
-        del state  # drops the file's memory map
+        hand_back(mllm_files[name])  # ``checked`` keeps every file mapped until the end: its read pages go now
 
     # 3. Fill the module with the first character's values; SharedMLLM switches them per turn
     first = next(iter(characters.values()))
