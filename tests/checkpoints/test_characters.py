@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from safetensors.torch import load
 
 from game.contract import TurnRequest
 from tests.checkpoints.release_tree import write_two_characters
+from tests.workers import REPO
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.load import Clip, load_release_pipeline, load_release_pipelines
 
@@ -89,3 +93,18 @@ def test_a_character_file_over_another_base_is_refused(tmp_path):
     write_release_mllm(other, tmp_path, character="Sosuke", seed=2, write_base=False)  # carries its own base copies
     with pytest.raises(CheckpointError, match=r"MLLM-Sosuke.*base weights"):
         load_release_pipelines(tmp_path, ("Qiqi", "Sosuke"), device="cpu", clip=CLIP)
+
+
+def test_checkpoints_check_prints_the_memory_plan_for_one_character_and_for_all(root):
+    done = subprocess.run(
+        [sys.executable, "-m", "animegamer", "checkpoints", "check", str(root)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    plan_lines = done.stdout.split("GPU memory", 1)[1].splitlines()
+    assert any(line.strip().startswith("Qiqi: a GPU with") for line in plan_lines)
+    assert any(line.strip().startswith("Qiqi and Sosuke: a GPU with") for line in plan_lines)
+    assert sum("peak" in line for line in plan_lines) == 8  # four placements, twice
