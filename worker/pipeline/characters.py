@@ -59,7 +59,10 @@ def _add_lora(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.T
     if module.lora_merged:
         return output
     x = args[0]  # [..., in]
-    return output + F.linear(F.linear(x, module.lora_A), module.lora_B) * module.lora_scale  # [..., out]
+    down = F.linear(x, module.lora_A).flatten(0, -2)  # [N, r]
+    # Added into the projection's fresh output in place: the add is memory-bound, a second [N, out] is not free.
+    output.flatten(0, -2).addmm_(down, module.lora_B.t(), alpha=module.lora_scale)  # [N, out]
+    return output
 
 
 class SharedMLLM:
