@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from worker.pipeline.characters import CharacterParts, SharedMLLM, is_character_parameter, lora_targets
+from worker.pipeline.checkpoints.load import assemble
 from worker.pipeline.config import full
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.memory import (
@@ -111,23 +112,8 @@ def full_size_pipelines(characters: list[str], placement: Placement) -> list[Ani
     if not several:
         _host(mllm, placement.offload_mllm)
     tokenizer = AnimeGamerTokenizer(ByteBase(vocab_size=config.mllm.base_vocab_size))
-    return [
-        AnimeGamerPipeline(
-            config,
-            tokenizer,
-            mllm,
-            _host(decoders[c], placement.offload_decoder),
-            vae,
-            GPU,
-            BF16,
-            BF16,
-            offload_mllm=placement.offload_mllm,
-            offload_decoder=placement.offload_decoder,
-            shared=shared,
-            character=c,
-        )
-        for c in characters
-    ]
+    decoders = {c: _host(decoders[c], placement.offload_decoder) for c in characters}
+    return list(assemble(config, tokenizer, mllm, shared, decoders, vae, GPU, BF16, placement).values())
 
 
 def bytes_on_gpu(pipelines: list[AnimeGamerPipeline]) -> int:

@@ -15,13 +15,16 @@ from typing import Any
 
 import torch
 
+from worker.pipeline.characters import SharedMLLM
 from worker.pipeline.checkpoints.decoder import load_decoder
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.layout import CHARACTERS, CheckpointLayout
 from worker.pipeline.checkpoints.mllm import LORA_RANK, load_mllm, load_shared_mllm, mllm_config_from_dir
 from worker.pipeline.checkpoints.vae import load_vae
 from worker.pipeline.config import PipelineConfig, full
+from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.memory import MemoryPlan, Placement, allowed_placements, plan
+from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
 
 log = logging.getLogger(__name__)
@@ -95,7 +98,7 @@ def load_release_pipelines(
     Args:
         dtype: the weights' dtype; default bf16 on a GPU (as the release runs), float32 on the CPU.
     """
-    from worker.pipeline.pipeline import AnimeGamerPipeline, PipelineLoadError
+    from worker.pipeline.pipeline import PipelineLoadError
 
     if not characters:
         raise ValueError("no character to load")
@@ -143,14 +146,31 @@ def load_release_pipelines(
         mllm = load_mllm(first.mistral_dir, first.mllm_file, device=mllm_home, **mllm_options)
         assert mllm is not None
     log.info("loaded %s from %s on %s (%s)", ", ".join(characters), root, device, placement.describe())
+    return assemble(config, tokenizer, mllm, shared, decoders, vae, torch_device, dtype, placement)
+
+
+def assemble(
+    config: PipelineConfig,
+    tokenizer: AnimeGamerTokenizer,
+    mllm: AnimeGamerMLLM,
+    shared: SharedMLLM | None,
+    decoders: dict[str, AnimeGamerDecoder],
+    vae: torch.nn.Module,
+    device: torch.device,
+    dtype: torch.dtype,
+    placement: Placement,
+) -> dict[str, Any]:
+    """One pipeline per character over the shared parts, each moving its parts by ``placement``."""
+    from worker.pipeline.pipeline import AnimeGamerPipeline
+
     return {
         character: AnimeGamerPipeline(
             config,
             tokenizer,
             mllm.eval(),
-            decoders[character],
+            decoder,
             vae,
-            torch_device,
+            device,
             dtype,
             dtype,
             offload_mllm=placement.offload_mllm,
@@ -158,7 +178,7 @@ def load_release_pipelines(
             shared=shared,
             character=character,
         )
-        for character in characters
+        for character, decoder in decoders.items()
     }
 
 
