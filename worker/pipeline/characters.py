@@ -59,9 +59,9 @@ def _add_lora(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.T
     if module.lora_merged:
         return output
     x = args[0]  # [..., in]
-    down = F.linear(x, module.lora_A).flatten(0, -2)  # [N, r]
-    # Added into the projection's fresh output in place: the add is memory-bound, a second [N, out] is not free.
-    output.flatten(0, -2).addmm_(down, module.lora_B.t(), alpha=module.lora_scale)  # [N, out]
+    down = F.linear(x, module.lora_A).view(-1, module.lora_A.shape[0])  # [N, r]
+    # Added into the projection's fresh output in place (view, never a copy): a second [N, out] is not free.
+    output.view(-1, output.shape[-1]).addmm_(down, module.lora_B.t(), alpha=module.lora_scale)  # [N, out]
     return output
 
 
