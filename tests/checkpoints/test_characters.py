@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import uuid
 
 import pytest
 import torch
 from safetensors.torch import load
 
-from game.contract import TASK_NAME, TurnRequest, TurnResult
+from game.contract import TurnRequest
 from tests.checkpoints.release_tree import write_two_characters
-from tests.workers import REPO, settings_for, start_worker, worker_env
-from worker.blob_store import store_for
-from worker.celery_app import queue_for
+from tests.workers import REPO
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.load import Clip, load_release_pipeline, load_release_pipelines
 
@@ -112,37 +108,3 @@ def test_checkpoints_check_prints_the_memory_plan_for_one_character_and_for_all(
     assert any(line.strip().startswith("Qiqi: a GPU with") for line in plan_lines)
     assert any(line.strip().startswith("Qiqi and Sosuke: a GPU with") for line in plan_lines)
     assert sum("peak" in line for line in plan_lines) == 8  # four placements, twice
-
-
-@pytest.mark.slow
-def test_a_worker_process_serving_both_characters_plays_each_as_its_lone_pipeline(root, alone, tmp_path):
-    """The real `animegamer worker`, both characters on one base: Sosuke's turn (after loading, Qiqi's parts are
-    in place) comes through his queue and equals his lone pipeline's. One turn: the worker renders 480x720."""
-    env = worker_env(
-        tmp_path / "worker",
-        ANIMEGAMER_MODEL="animegamer",
-        ANIMEGAMER_CHECKPOINTS=str(root),
-        ANIMEGAMER_CHARACTERS=json.dumps(["Qiqi", "Sosuke"]),
-        ANIMEGAMER_DEVICE="cpu",
-        ANIMEGAMER_NUM_STEPS="3",
-    )
-    worker = start_worker(env)
-    settings, store = settings_for(env), store_for(settings_for(env))
-    try:
-        for character in ("Sosuke",):
-            request = TurnRequest(job_id=uuid.uuid4().hex, instruction=LINES[character], seed=5)
-            sent = worker.app.send_task(
-                TASK_NAME,
-                args=[request.model_dump(mode="json")],
-                task_id=request.job_id,
-                queue=queue_for(settings, character),
-            )
-            result = TurnResult.model_validate(sent.get(timeout=120))
-            reference = alone[character](request)
-            assert result.deltas == reference.deltas
-            got = load(store.read(result.representation))["representation"].float()
-            torch.testing.assert_close(
-                got, load(reference.representation)["representation"].float(), rtol=1e-3, atol=1e-3
-            )
-    finally:
-        worker.kill()
