@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors.torch import load as load_safetensors
@@ -251,10 +250,17 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def load_pipeline(name: str, device: str = "auto", num_steps: int | None = None, **options: Any) -> AnimeGamerPipeline:
-    """One pipeline by model name (for the published model, ``character``'s; Qiqi by default)."""
-    character = options.pop("character", "Qiqi")
-    return next(iter(load_pipelines(name, (character,), device, num_steps, **options).values()))
+def load_pipeline(
+    name: str,
+    device: str = "auto",
+    num_steps: int | None = None,
+    *,
+    character: str = "Qiqi",
+    checkpoints: Path | str = "checkpoints",
+) -> AnimeGamerPipeline:
+    """One pipeline by model name (for the published model, ``character``'s alone, its LoRA merged)."""
+    pipelines = load_pipelines(name, (character,), device, num_steps, checkpoints=checkpoints)
+    return next(iter(pipelines.values()))
 
 
 def load_pipelines(
