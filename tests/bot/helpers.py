@@ -163,24 +163,27 @@ async def seed_turn(
             clip = clip_path(settings, guild_id, job.id)
             clip.parent.mkdir(parents=True, exist_ok=True)
             clip.write_bytes(b"not really an mp4")
-            deltas = StateDeltas(motion=1, social=1, entertainment=1, stamina=-1)
-            result = TurnResult(
-                job_id=str(job.id),
-                model="tiny",
-                label="",
-                seed=7,
-                deltas=deltas,
-                flow=0.5,
-                mp4=b"",
-                representation=b"rep",
-                num_frames=1,
-                height=8,
-                width=8,
-                fps=8,
-            )
-            assert await apply_result(session, job.id, result, str(clip))
+            assert await apply_result(session, job.id, small_result(job.id), str(clip))
             await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
         return job.id
+
+
+def small_result(job_id: int, model: str = "tiny", label: str = "") -> TurnResult:
+    """A worker's result for ``job_id`` with fixed states (+1 motion, social, entertainment; -1 stamina)."""
+    return TurnResult(
+        job_id=str(job_id),
+        model=model,
+        label=label,
+        seed=7,
+        deltas=StateDeltas(motion=1, social=1, entertainment=1, stamina=-1),
+        flow=0.5,
+        mp4=b"",
+        representation=b"rep",
+        num_frames=1,
+        height=8,
+        width=8,
+        fps=8,
+    )
 
 
 def clip_path(settings: Settings, guild_id: int, job_id: int) -> Path:
@@ -229,6 +232,7 @@ __all__ = [
     "running_bot_on",
     "seed_turn",
     "shown",
+    "small_result",
     "snapshot",
     "turns_and_jobs",
 ]

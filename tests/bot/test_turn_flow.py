@@ -13,10 +13,9 @@ from sqlalchemy import select
 from db.jobs import apply_result, create_turn
 from db.models import Character, Job, JobStatus, Turn
 from db.queries import get_or_create_character
-from game.contract import FULL_RANDOM_WEIGHTS_LABEL, TurnResult
-from game.state import StateDeltas
+from game.contract import FULL_RANDOM_WEIGHTS_LABEL
 from tests.bot.conftest import read_db, running_bot, wait_for_db
-from tests.bot.helpers import accepted, db_session, shown
+from tests.bot.helpers import accepted, db_session, shown, small_result
 from tests.discord_double import member
 
 pytestmark = pytest.mark.slow
@@ -137,20 +136,7 @@ async def test_a_finished_turn_is_posted_with_the_label_its_worker_gave_it(doubl
             _, job = await create_turn(
                 session, played, LINE, 7, "full", guild_id=guild.id, channel_id=channel.id, user_id=ALICE.id
             )
-            result = TurnResult(
-                job_id=str(job.id),
-                model="full",
-                label=FULL_RANDOM_WEIGHTS_LABEL,
-                seed=7,
-                deltas=StateDeltas(motion=1, social=1, entertainment=1, stamina=-1),
-                flow=0.5,
-                mp4=b"",
-                representation=b"rep",
-                num_frames=1,
-                height=8,
-                width=8,
-                fps=8,
-            )
+            result = small_result(job.id, model="full", label=FULL_RANDOM_WEIGHTS_LABEL)
             assert await apply_result(session, job.id, result, None)
         post = await double.wait_for("POST", rf"/channels/{channel.id}/messages", timeout=30)
     assert FULL_RANDOM_WEIGHTS_LABEL in post.json["embeds"][0]["footer"]["text"]
