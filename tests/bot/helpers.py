@@ -20,9 +20,8 @@ from db.engine import make_engine, make_sessionmaker
 from db.jobs import apply_result, create_turn, set_job_messages
 from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
 from db.queries import get_or_create_character
-from game.contract import TurnResult
-from game.state import StateDeltas
 from tests.discord_double import DiscordDouble, InteractionHandle, Recorded
+from tests.results import turn_result
 from worker.celery_app import make_celery
 
 EPHEMERAL = 1 << 6
@@ -163,27 +162,9 @@ async def seed_turn(
             clip = clip_path(settings, guild_id, job.id)
             clip.parent.mkdir(parents=True, exist_ok=True)
             clip.write_bytes(b"not really an mp4")
-            assert await apply_result(session, job.id, small_result(job.id), str(clip))
+            assert await apply_result(session, job.id, turn_result(job.id), str(clip))
             await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
         return job.id
-
-
-def small_result(job_id: int, model: str = "tiny", label: str = "") -> TurnResult:
-    """A worker's result for ``job_id`` with fixed states (+1 motion, social, entertainment; -1 stamina)."""
-    return TurnResult(
-        job_id=str(job_id),
-        model=model,
-        label=label,
-        seed=7,
-        deltas=StateDeltas(motion=1, social=1, entertainment=1, stamina=-1),
-        flow=0.5,
-        mp4=b"",
-        representation=b"rep",
-        num_frames=1,
-        height=8,
-        width=8,
-        fps=8,
-    )
 
 
 def clip_path(settings: Settings, guild_id: int, job_id: int) -> Path:
@@ -232,7 +213,6 @@ __all__ = [
     "running_bot_on",
     "seed_turn",
     "shown",
-    "small_result",
     "snapshot",
     "turns_and_jobs",
 ]

@@ -15,8 +15,9 @@ from db.models import Character, Job, JobStatus, Turn
 from db.queries import get_or_create_character
 from game.contract import FULL_RANDOM_WEIGHTS_LABEL
 from tests.bot.conftest import read_db, running_bot, wait_for_db
-from tests.bot.helpers import accepted, db_session, shown, small_result
+from tests.bot.helpers import accepted, db_session, shown
 from tests.discord_double import member
+from tests.results import turn_result
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +137,7 @@ async def test_a_finished_turn_is_posted_with_the_label_its_worker_gave_it(doubl
             _, job = await create_turn(
                 session, played, LINE, 7, "full", guild_id=guild.id, channel_id=channel.id, user_id=ALICE.id
             )
-            result = small_result(job.id, model="full", label=FULL_RANDOM_WEIGHTS_LABEL)
+            result = turn_result(job.id, model="full", label=FULL_RANDOM_WEIGHTS_LABEL)
             assert await apply_result(session, job.id, result, None)
         post = await double.wait_for("POST", rf"/channels/{channel.id}/messages", timeout=30)
     assert FULL_RANDOM_WEIGHTS_LABEL in post.json["embeds"][0]["footer"]["text"]

@@ -30,6 +30,7 @@ from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from game.contract import TurnResult
 from game.state import StateDeltas
+from tests.results import turn_result
 
 POSTGRES_URL = os.environ.get("ANIMEGAMER_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 BACKENDS = ("sqlite", "postgresql")
@@ -212,11 +213,9 @@ def make_result() -> Callable[..., TurnResult]:
     """A worker's result for a job, with the deltas given (stamina/social/entertainment/motion)."""
 
     def make(job_id: int, *, stamina: int = 0, social: int = 0, entertainment: int = 0, motion: int = 0) -> TurnResult:
-        return TurnResult(
-            job_id=str(job_id),
-            model="tiny",
+        return turn_result(
+            job_id,
             label="tiny model, random weights",
-            seed=7,
             deltas=StateDeltas(motion=motion, social=social, entertainment=entertainment, stamina=stamina),
             flow=1.5,
             mp4=b"\x00\x00\x00\x18ftypmp42",
@@ -224,7 +223,6 @@ def make_result() -> Callable[..., TurnResult]:
             num_frames=16,
             height=64,
             width=64,
-            fps=8,
         )
 
     return make

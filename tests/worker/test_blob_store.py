@@ -14,6 +14,7 @@ import pytest
 
 from game.contract import BlobRef, HistoryTurn, TurnRequest, TurnResult
 from game.state import StateDeltas
+from tests.results import turn_result
 from worker.blob_store import BlobError, BlobStore
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
@@ -25,23 +26,6 @@ SMALL = b"tiny"
 @pytest.fixture
 def store(tmp_path: Path) -> BlobStore:
     return BlobStore(tmp_path / "blobs", inline_max=1024)
-
-
-def result_with(mp4: bytes, representation: bytes) -> TurnResult:
-    return TurnResult(
-        job_id="1",
-        model="tiny",
-        label="",
-        seed=1,
-        deltas=ZERO,
-        flow=40.0,
-        mp4=mp4,
-        representation=representation,
-        num_frames=17,
-        height=64,
-        width=96,
-        fps=8,
-    )
 
 
 def test_a_blob_reads_back_as_the_bytes_written(store):
@@ -74,7 +58,7 @@ def test_a_request_crosses_with_large_past_representations_by_reference_and_reso
 
 
 def test_a_result_crosses_with_a_large_clip_by_reference_and_resolves_to_it(store):
-    result = result_with(mp4=BIG, representation=SMALL)
+    result = turn_result(mp4=BIG, representation=SMALL)
     sent = TurnResult.model_validate(store.pack_result(result).model_dump(mode="json"))
     assert isinstance(sent.mp4, BlobRef) and sent.representation == SMALL
     assert store.resolve_result(sent) == result
