@@ -117,6 +117,12 @@ def _percent(flags: Sequence[bool]) -> str:
     return f"{100 * np.mean(flags):.0f}%" if flags else "—"
 
 
+def _jumps(jumps: Sequence[float | None]) -> str:
+    """Mean jump over the turn pairs where the figure was found in both; how many of them that is."""
+    seen = [jump for jump in jumps if jump is not None]
+    return f"{statistics.mean(seen):.1f} ({len(seen)} of {len(jumps)})" if seen else f"— (0 of {len(jumps)})"
+
+
 def score(run: Run, episodes: Sequence[Episode], truth: Sequence[Sequence[np.ndarray]], scales: Scales) -> list[str]:
     """The table's cells for one run, in COLUMNS order."""
     records = [record for episode in episodes for record in episode.clips]
@@ -128,9 +134,12 @@ def score(run: Run, episodes: Sequence[Episode], truth: Sequence[Sequence[np.nda
     ]
     pixel = np.mean([metrics.pixel_error(clip, rendered) for clip, rendered in pairs])
 
-    times, moves, lost, found, drifts = [], [], 0, [], []
+    times, moves, lost, found, drifts, jumps = [], [], 0, [], [], []
     for episode, clips in zip(episodes, run.clips, strict=True):
         body = CHARACTERS_BY_NAME[episode.character].body
+        for k in range(1, len(clips)):
+            if episode.clips[k].place == episode.clips[k - 1].place:  # the figure goes on from where it stopped
+                jumps.append(metrics.position_jump(clips[k - 1], clips[k], body))
         for clip, record in zip(clips, episode.clips, strict=True):
             if (right := scales.day_night.time_of_day_right(clip, record.time)) is not None:
                 times.append(right)
@@ -160,6 +169,7 @@ def score(run: Run, episodes: Sequence[Episode], truth: Sequence[Sequence[np.nda
         f"{_percent(moves)} of {len(moves)}" + (f" ({lost} not found)" if lost else ""),
         f"{ratio:.2f}" if ratio is not None else "—",
         f"{statistics.mean(drifts):.1f}" if drifts else "—",
+        _jumps(jumps),
         _percent(found),
         f"{statistics.mean(run.seconds):.2f}" if run.seconds else "—",
     ]
@@ -176,6 +186,7 @@ COLUMNS = [
     "moves right way ↑",
     "quick/gentle flow ↑",
     "colour drift ↓",
+    "position jump ↓",
     "figure found ↑",
     "s/turn",
 ]
@@ -247,9 +258,12 @@ def main() -> None:
     print(
         "\nML/SC/ET/ST: motion, social, entertainment, stamina. ACC-F/MAE-F: the clip's flow read as a level by "
         "ground truth of the same action. Time of day: day/morning bright, night dark (evening not judged). "
-        "Moves right way: flying rises and crosses, lying down ends low; a figure not found fails. "
+        "Moves right way: flying rises and crosses, walking and running cross, a jump rises, sitting and lying down "
+        "end low; a figure not found fails. "
         "Figure found: the body colour in at least half the frames, moving continuously. "
         "Colour drift: RGB distance of the body colour, turn k vs turn 1, where both are found. "
+        "Position jump: pixels between the figure at the end of a turn and the start of the next in the same place "
+        "(pairs where both are found). "
         f"Whole run {time.perf_counter() - started:.0f} s."
     )
 

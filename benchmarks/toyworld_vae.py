@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from training import metrics  # noqa: E402
 from training.config import RECIPE, ToyModelConfig  # noqa: E402
 from training.dataset import Episode, load_toyworld, split, write_toyworld  # noqa: E402
-from training.phase_a import ClipSet, frames_to_tensor, train_vae  # noqa: E402
+from training.phase_a import ClipSet, FrameSet, frames_to_tensor, train_vae  # noqa: E402
 from worker.pipeline.config import toy  # noqa: E402
 from worker.pipeline.toy import SHIPPED, read_toy_checkpoint  # noqa: E402
 from worker.pipeline.vae import build_vae  # noqa: E402
@@ -68,17 +68,24 @@ def trained_variant(args: argparse.Namespace) -> tuple[nn.Module, str]:
         decoder=replace(base.decoder, latent_channels=channels),
     )
     model_config = ToyModelConfig(pipeline=pipeline)
+    recipe = RECIPE["phase-a"]
     config = replace(
-        RECIPE["phase-a"], vae_steps=args.steps, vae_learning_rate=args.lr or RECIPE["phase-a"].vae_learning_rate
+        recipe,
+        vae_steps=args.steps,
+        vae_learning_rate=args.lr or recipe.vae_learning_rate,
+        lr_decay=recipe.lr_decay if args.lr_decay is None else args.lr_decay,
+        vae_figure_weight=recipe.vae_figure_weight if args.figure_weight is None else args.figure_weight,
     )
     training, _ = split(load_toyworld(args.train), config.held_out_every)
-    frames = ClipSet(training).frames
+    frames = ClipSet(training).frame_set()
     started = time.perf_counter()
-    vae, _ = train_vae(frames, frames[:0], config, model_config, args.out)
+    vae, _ = train_vae(frames, FrameSet(frames.frames[:0], frames.figure[:0]), config, model_config, args.out)
     minutes = (time.perf_counter() - started) / 60
     return (
         vae,
-        f"VAE trained here: {args.steps} steps, lr {config.vae_learning_rate}, {channels} channels, {minutes:.1f} min",
+        f"VAE trained here: {args.steps} steps, lr {config.vae_learning_rate} (decay {config.lr_decay}), "
+        f"{channels} channels, "
+        f"figure weight {config.vae_figure_weight}, {minutes:.1f} min",
     )
 
 
@@ -91,6 +98,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--latent-channels", type=int)
     parser.add_argument("--lr", type=float)
+    parser.add_argument("--lr-decay", type=float, help="share of the steps the rate falls over (default: recipe)")
+    parser.add_argument("--figure-weight", type=float, help="the character's pixels weigh 1 + this (default: recipe)")
     parser.add_argument("--out", type=Path, default=Path("runs/vae_variant"), help="the variant's resumable state")
     args = parser.parse_args()
     if args.threads:

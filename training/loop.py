@@ -189,6 +189,8 @@ def train(
         generator = torch.Generator(accelerator.device).manual_seed(
             step_seed(config.seed, step, accelerator.process_index)
         )
+        for group in optimizer.param_groups:
+            group["lr"] = config.learning_rate_at(step)
         loss = model(batch, generator)
         accelerator.backward(loss)
         optimizer.step()

@@ -30,13 +30,23 @@ RGB = tuple[int, int, int]
 T = TypeVar("T")
 STATE_NAMES = ("motion", "social", "entertainment", "stamina")
 DAY_TIMES, NIGHT_TIMES = frozenset({"morning", "day"}), frozenset({"night"})
-MOTION_CHECKS = frozenset({"fly on broomstick", "lie down"})  # the actions moves_right_way can judge
+# The actions with a direction, and what moves_right_way asks of each: the figure's body rises, falls or crosses
+# the frame by at least RISE, DROP or ACROSS pixels (the camera pans with a figure that travels, which crosses the
+# frame by 30% of its travel: toyworld.FOLLOW).
+MOTION_CHECKS = {
+    "fly on broomstick": ("rises", "crosses"),
+    "walk": ("crosses",),
+    "run": ("crosses",),
+    "jump": ("jumps",),  # rises at mid-clip, back down at the end
+    "sit down": ("drops",),
+    "lie down": ("drops",),
+}
 # Qiqi's body (52, 28, 96) is 31 from the night sky near the horizon, so 28 and no more; measured on
 # MP4 round trips of rendered clips, 28 still finds the figure in 99% of frames.
 TOLERANCE = 28.0
-MIN_PIXELS = 6  # a blob smaller than this is a stray pixel or two, not a figure (bodies are 20+ pixels)
+MIN_PIXELS = 30  # a blob smaller than this is a speck, not a figure (bodies are 150+ pixels)
 MAX_STEP = 12.0  # pixels a frame a figure's centre may move: rendered ground truth's most is 9.3 (a rapid dance)
-RISE, ACROSS, DROP = 3.0, 5.0, 3.0  # pixels: the least a flight rises and travels, the least lying down drops
+RISE, ACROSS, DROP = 4.0, 4.0, 6.0  # pixels; rendered truth's least: 5.6 (slow jump), 6.3 (slow walk), 11 (sit)
 _EPS = 1e-3  # pixels/frame: keeps log() finite for a still clip
 # OpenCV's usual Farneback settings; a 15-pixel window spans a toy figure's body.
 FARNEBACK = {"pyr_scale": 0.5, "levels": 3, "winsize": 15, "iterations": 3, "poly_n": 5, "poly_sigma": 1.2, "flags": 0}
@@ -207,23 +217,30 @@ def _ends(values: Sequence[T | None]) -> tuple[T, T] | None:
 
 
 def moves_right_way(action: str, clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> bool | None:
-    """Flying goes up and across; lying down ends low. None for other actions, or when no figure is
+    """Whether the figure moves as ``action`` does (MOTION_CHECKS): flying rises and crosses, walking and running
+    cross, a jump rises at mid-clip, sitting and lying down end lower. None for other actions, or when no figure is
     found (see is_figure) or not at the start or end: a caller scoring MOTION_CHECKS counts that as a failure.
     """
     if action not in MOTION_CHECKS:
         return None
     masks = [figure_pixels(frame, body, tolerance) for frame in clip]
     track = [None if mask is None else _centre(mask) for mask in masks]
+    tops = [None if mask is None else _top(mask) for mask in masks]
     if not is_figure(track):
         return None
-    if action == "fly on broomstick":
-        ends = _ends(track)
-        if ends is None:
-            return None
-        (x0, y0), (x1, y1) = ends
-        return y0 - y1 >= RISE and abs(x1 - x0) >= ACROSS
-    tops = _ends([None if mask is None else _top(mask) for mask in masks])  # lie down
-    return None if tops is None else tops[1] - tops[0] >= DROP
+    ends, top_ends = _ends(track), _ends(tops)
+    if ends is None or top_ends is None:
+        return None
+    (x0, _), (x1, _) = ends
+    top0, top1 = top_ends
+    middle = [top for top in tops[len(tops) // 4 : -(len(tops) // 4)] if top is not None]
+    passed = {
+        "rises": top0 - top1 >= RISE,
+        "crosses": abs(x1 - x0) >= ACROSS,
+        "drops": top1 - top0 >= DROP,
+        "jumps": bool(middle) and top0 - min(middle) >= RISE and min(middle) - top1 <= -RISE,
+    }
+    return all(passed[check] for check in MOTION_CHECKS[action])
 
 
 def figure_colour(clip: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> np.ndarray | None:
@@ -243,3 +260,11 @@ def colour_drift(colours: Sequence[np.ndarray | None]) -> list[float | None]:
         float(np.linalg.norm(colour - first)) if colour is not None and first is not None else None
         for colour in colours[1:]
     ]
+
+
+def position_jump(before: np.ndarray, after: np.ndarray, body: RGB, tolerance: float = TOLERANCE) -> float | None:
+    """Pixels between the figure's centre in ``before``'s last frame and ``after``'s first: how far it jumps
+    between two turns in the same place, where the toy world's figure starts where it stopped. None unless the
+    figure is in both frames."""
+    end, start = figure_pixels(before[-1], body, tolerance), figure_pixels(after[0], body, tolerance)
+    return None if end is None or start is None else math.dist(_centre(end), _centre(start))

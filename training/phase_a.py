@@ -38,6 +38,7 @@ from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.encoder import ClipEncoder, instruction_bytes
 from training.loop import OnStep, TrainResult, train
+from training.toyworld import character_mask
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import NUM_TRAIN_TIMESTEPS, release_alphas_cumprod
 from worker.pipeline.vae import build_vae
@@ -82,50 +83,54 @@ def latent_scale(latents: torch.Tensor) -> float:
 
 
 class FrameSet(Dataset):
-    """The frames `(T, 3, H, W)` of clips, for the VAE stage."""
+    """The frames `(T, 3, H, W)` of clips and where the character is in them `(T, 1, H, W)`, for the VAE stage."""
 
-    def __init__(self, frames: torch.Tensor) -> None:
-        self.frames = frames
+    def __init__(self, frames: torch.Tensor, figure: torch.Tensor) -> None:
+        assert frames.shape[:2] == figure.shape[:2], "one figure mask per frame"
+        self.frames, self.figure = frames, figure
 
     def __len__(self) -> int:
         return len(self.frames)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.frames[i]
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.frames[i], self.figure[i]
 
 
-def collate_frames(items: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {"frames": torch.stack(items)}  # (B, T, 3, H, W)
+def collate_frames(items: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    frames, figure = zip(*items, strict=True)
+    return {"frames": torch.stack(frames), "figure": torch.stack(figure)}  # (B, T, 3, H, W), (B, T, 1, H, W)
 
 
 class VAEModel(nn.Module):
-    """The VAE as an autoencoder; ``forward(batch, generator)`` is pixel MSE plus ``kl_weight`` times the KL."""
+    """The VAE as an autoencoder; ``forward(batch, generator)`` is pixel MSE, the character's pixels weighted
+    ``1 + figure_weight``, plus ``kl_weight`` times the KL."""
 
-    def __init__(self, vae: nn.Module, kl_weight: float, frames: int) -> None:
+    def __init__(self, vae: nn.Module, kl_weight: float, frames: int, figure_weight: float = 0.0) -> None:
         super().__init__()
-        self.vae, self.kl_weight, self.frames = vae, kl_weight, frames
+        self.vae, self.kl_weight, self.frames, self.figure_weight = vae, kl_weight, frames, figure_weight
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
-        x = batch["frames"]  # (B, T, 3, H, W) in [-1, 1]
+        x, figure = batch["frames"], batch["figure"]  # (B, T, 3, H, W) in [-1, 1], (B, T, 1, H, W) bool
         T = x.shape[1]
         if 0 < self.frames < T:  # one random crop per step; the causal VAE is convolutional in time
             start = int(torch.randint(0, T - self.frames + 1, (1,), generator=generator, device=generator.device))
-            x = x[:, start : start + self.frames]
-        x = x.permute(0, 2, 1, 3, 4)  # (B, 3, T, H, W), the VAE's layout
+            x, figure = x[:, start : start + self.frames], figure[:, start : start + self.frames]
+        x, figure = x.permute(0, 2, 1, 3, 4), figure.permute(0, 2, 1, 3, 4)  # (B, C, T, H, W), the VAE's layout
         posterior = self.vae.encode(x).latent_dist
         recon = self.vae.decode(posterior.sample(generator=generator)).sample
         kl = 0.5 * (posterior.mean.pow(2) + posterior.var - 1.0 - posterior.logvar).mean()
-        return F.mse_loss(recon.float(), x.float()) + self.kl_weight * kl.float()
+        weight = 1.0 + self.figure_weight * figure.float()  # (B, 1, T, H, W), broadcast over the colours
+        return ((recon.float() - x.float()).pow(2) * weight).mean() + self.kl_weight * kl.float()
 
 
 def train_vae(
-    train_frames: torch.Tensor,
-    eval_frames: torch.Tensor,
+    train_frames: FrameSet,
+    eval_frames: FrameSet,
     config: TrainConfig,
     model_config: ToyModelConfig,
     out: Path,
 ) -> tuple[nn.Module, TrainResult]:
-    """Stage 1: train the VAE on clips `(N, T, 3, H, W)` to ``config.vae_steps``, resuming from ``out/state``.
+    """Stage 1: train the VAE on clips to ``config.vae_steps``, resuming from ``out/state``.
 
     Returns the trained VAE, frozen, and the stage's result (``step`` 0 when ``vae_steps`` is 0: the random init).
     """
@@ -136,10 +141,12 @@ def train_vae(
         config, steps=config.vae_steps, learning_rate=config.vae_learning_rate, batch_size=config.vae_batch_size
     )
     sizes = {k: v for k, v in model_config.sizes().items() if k.startswith(("vae", "clip."))}
-    model = VAEModel(vae.train().requires_grad_(True), config.vae_kl_weight, config.vae_frames)
-    eval_set = FrameSet(eval_frames) if len(eval_frames) else None
+    model = VAEModel(
+        vae.train().requires_grad_(True), config.vae_kl_weight, config.vae_frames, config.vae_figure_weight
+    )
+    eval_set = eval_frames if len(eval_frames) else None
     result, model, _ = train(
-        model, FrameSet(train_frames), eval_set, collate_frames, stage, out, sizes, description="phase a vae"
+        model, train_frames, eval_set, collate_frames, stage, out, sizes, description="phase a vae"
     )
     return model.vae.eval().requires_grad_(False), result
 
@@ -148,6 +155,7 @@ class ClipSet(Dataset):
     """Every clip of some episodes: frames, instruction, motion scope and, once ``encode`` ran, the VAE's latents."""
 
     def __init__(self, episodes: tuple[Episode, ...]) -> None:
+        self.episodes = episodes
         frames, self.instructions, self.flows = [], [], []
         for episode in episodes:
             clips = frames_to_tensor(episode.frames())  # (turns, T, 3, H, W)
@@ -156,29 +164,50 @@ class ClipSet(Dataset):
                 self.instructions.append(clip.instruction)
                 self.flows.append(flow_for(clip.motion))
         self.frames = torch.stack(frames) if frames else torch.empty(0)  # (N, T, 3, H, W)
+        figure = [torch.from_numpy(character_mask(episode.frames(), episode.world.character)) for episode in episodes]
+        self.figure = torch.cat(figure).unsqueeze(2) if figure else torch.empty(0, dtype=torch.bool)  # (N, T, 1, H, W)
         self.latents = torch.empty(0)
+        self.cells = torch.empty(0)  # (N, F, 1, h, w): how much of each latent cell is the character, once encoded
+
+    def frame_set(self) -> FrameSet:
+        """The clips with where their character is (``character_mask``), for the VAE stage's weighted loss."""
+        return FrameSet(self.frames, self.figure)
 
     def encode(self, vae: nn.Module, scaling_factor: float) -> None:
         """Compute every clip's latents with the (frozen) ``vae``."""
         if len(self.frames):
             self.latents = encode_latents(vae, self.frames, scaling_factor)
+            self.cells = figure_cells(self.figure, self.latents.shape[1], self.latents.shape[-2:])
 
     def __len__(self) -> int:
         return len(self.instructions)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, str, float]:
-        return self.frames[i], self.latents[i], self.instructions[i], self.flows[i]
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str, float]:
+        return self.frames[i], self.latents[i], self.cells[i], self.instructions[i], self.flows[i]
+
+
+def figure_cells(figure: torch.Tensor, frames: int, grid: tuple[int, int]) -> torch.Tensor:
+    """The share of each latent cell `(N, F, 1, h, w)` that is the character, from pixel masks `(N, T, 1, H, W)`.
+
+    The causal VAE makes latent frame 0 from frame 0 alone and each later one from the next ``(T - 1) / (F - 1)``
+    frames; a cell spans ``H / h`` by ``W / w`` pixels.
+    """
+    N, T = figure.shape[:2]
+    pixels = F.adaptive_avg_pool2d(figure.flatten(0, 2).float(), grid).view(N, T, *grid)  # (N, T, h, w)
+    rest = pixels[:, 1:].reshape(N, frames - 1, (T - 1) // (frames - 1), *grid).mean(dim=2)  # (N, F - 1, h, w)
+    return torch.cat([pixels[:, :1], rest], dim=1).unsqueeze(2)
 
 
 @dataclass
 class Collate:
     max_bytes: int
 
-    def __call__(self, items: list[tuple[torch.Tensor, torch.Tensor, str, float]]) -> dict[str, Any]:
-        frames, latents, texts, flows = zip(*items, strict=True)
+    def __call__(self, items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, str, float]]) -> dict[str, Any]:
+        frames, latents, cells, texts, flows = zip(*items, strict=True)
         return {
             "frames": torch.stack(frames),  # (B, T, 3, H, W)
             "latents": torch.stack(latents),  # (B, F, C, h, w)
+            "cells": torch.stack(cells),  # (B, F, 1, h, w)
             "instruction": instruction_bytes(list(texts), self.max_bytes),  # (B, L)
             "flow": torch.tensor(flows, dtype=torch.float32),  # (B,)
         }
@@ -187,8 +216,9 @@ class Collate:
 class PhaseAModel(nn.Module):
     """Encoder + decoder; ``forward(batch, generator)`` is the phase-(a) v-prediction loss."""
 
-    def __init__(self, config: ToyModelConfig) -> None:
+    def __init__(self, config: ToyModelConfig, figure_weight: float = 0.0) -> None:
         super().__init__()
+        self.figure_weight = figure_weight
         self.encoder = ClipEncoder(config)
         self.decoder = AnimeGamerDecoder.from_pipeline_config(config.pipeline.decoder)
         alphas = release_alphas_cumprod(config.pipeline.sampler.shift_scale).float()  # float32 is plenty for a loss
@@ -196,8 +226,9 @@ class PhaseAModel(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
         condition = self.encoder(batch["frames"], batch["instruction"])  # (B, 226, D): the clip's own
+        weight = 1.0 + self.figure_weight * batch["cells"]
         return v_prediction_loss(
-            self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator
+            self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator, weight
         )
 
 
@@ -208,9 +239,13 @@ def v_prediction_loss(
     condition: torch.Tensor,
     flow: torch.Tensor,
     generator: torch.Generator,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The decoder's objective in phases (a) and (c): latents `(B, F, C, h, w)` noised on the release's schedule
-    (t uniform, x_t = sqrt(a) x0 + sqrt(1 - a) eps), v predicted from the condition `(B, 226, D)` and motion scope."""
+    (t uniform, x_t = sqrt(a) x0 + sqrt(1 - a) eps), v predicted from the condition `(B, 226, D)` and motion scope.
+
+    ``weight`` `(B, F, 1, h, w)` weighs each latent cell's error: where the character is weighs more
+    (``TrainConfig.figure_weight``), so the decoder does not spend itself on the scenery alone."""
     B = x0.shape[0]
     t = torch.randint(0, NUM_TRAIN_TIMESTEPS, (B,), generator=generator, device=x0.device)
     eps = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
@@ -218,7 +253,9 @@ def v_prediction_loss(
     x_t = a.sqrt() * x0 + (1 - a).sqrt() * eps
     target = a.sqrt() * eps - (1 - a).sqrt() * x0  # v
     v = decoder(x_t, t, condition, flow)
-    return F.mse_loss(v.float(), target.float())
+    if weight is None:
+        return F.mse_loss(v.float(), target.float())
+    return ((v.float() - target.float()).pow(2) * weight).mean()
 
 
 @dataclass
@@ -249,7 +286,7 @@ def train_phase_a(
     logger.info("phase a: %d training clips, %d held out", len(train_set), len(eval_set))
 
     # 2. Stage 1: the VAE as an autoencoder, then frozen; latents once per clip, scaled to unit variance
-    vae, vae_result = train_vae(train_set.frames, eval_set.frames, config, model_config, out / VAE_STAGE)
+    vae, vae_result = train_vae(train_set.frame_set(), eval_set.frame_set(), config, model_config, out / VAE_STAGE)
     train_set.encode(vae, 1.0)
     scaling = latent_scale(train_set.latents)
     train_set.latents = train_set.latents * scaling
@@ -258,7 +295,7 @@ def train_phase_a(
 
     # 3. Stage 2: model from the seed, then the shared loop
     torch.manual_seed(config.seed)
-    model = PhaseAModel(model_config)
+    model = PhaseAModel(model_config, config.figure_weight)
     dit_result, model, accelerator = train(
         model,
         train_set,

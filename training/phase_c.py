@@ -50,19 +50,20 @@ class AdaptSet(Dataset):
     """Latents, the MLLM's predicted representation and the motion scope of each clip."""
 
     def __init__(self, clips: ClipSet, predicted: torch.Tensor) -> None:
-        self.latents, self.predicted, self.flows = clips.latents, predicted, clips.flows
+        self.latents, self.cells, self.predicted, self.flows = clips.latents, clips.cells, predicted, clips.flows
 
     def __len__(self) -> int:
         return len(self.flows)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-        return self.latents[i], self.predicted[i], self.flows[i]
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        return self.latents[i], self.cells[i], self.predicted[i], self.flows[i]
 
 
-def collate(items: list[tuple[torch.Tensor, torch.Tensor, float]]) -> dict[str, torch.Tensor]:
-    latents, predicted, flows = zip(*items, strict=True)
+def collate(items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]]) -> dict[str, torch.Tensor]:
+    latents, cells, predicted, flows = zip(*items, strict=True)
     return {
         "latents": torch.stack(latents),  # (B, F, C, h, w)
+        "cells": torch.stack(cells),  # (B, F, 1, h, w): the character's share of each latent cell
         "condition": torch.stack(predicted),  # (B, 226, D)
         "flow": torch.tensor(flows, dtype=torch.float32),  # (B,)
     }
@@ -71,9 +72,9 @@ def collate(items: list[tuple[torch.Tensor, torch.Tensor, float]]) -> dict[str, 
 class PhaseCModel(nn.Module):
     """The decoder; ``forward(batch, generator)`` is the v-prediction loss on the MLLM's predicted conditions."""
 
-    def __init__(self, decoder: AnimeGamerDecoder, shift_scale: float) -> None:
+    def __init__(self, decoder: AnimeGamerDecoder, shift_scale: float, figure_weight: float = 0.0) -> None:
         super().__init__()
-        self.decoder = decoder
+        self.decoder, self.figure_weight = decoder, figure_weight
         self.register_buffer("alphas_cumprod", release_alphas_cumprod(shift_scale).float(), persistent=False)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
@@ -82,8 +83,9 @@ class PhaseCModel(nn.Module):
         drop = torch.rand(B, generator=generator, device=condition.device) < UNCONDITIONAL  # (B,)
         unconditional = self.decoder.unconditional_tokens(B).to(condition.dtype)
         condition = torch.where(drop[:, None, None], unconditional, condition)
+        weight = 1.0 + self.figure_weight * batch["cells"]
         return v_prediction_loss(
-            self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator
+            self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator, weight
         )
 
 
@@ -134,7 +136,7 @@ def train_phase_c(
     # 3. The decoder from phase (a), then the shared loop
     decoder = AnimeGamerDecoder.from_pipeline_config(model_config.pipeline.decoder)
     decoder.load_state_dict(torch.load(phase_a / "decoder.pt", weights_only=True))
-    model = PhaseCModel(decoder, model_config.pipeline.sampler.shift_scale)
+    model = PhaseCModel(decoder, model_config.pipeline.sampler.shift_scale, config.figure_weight)
     result, model, accelerator = train(
         model, sets[0], sets[1] if len(sets[1]) else None, collate, config, out, sizes, description="phase c"
     )

@@ -9,9 +9,16 @@ Figures keep their exact colours at every time of day (only the scenery is lit),
 a metric can find a character by its body colour, and a model must keep its identity across
 turns. No background ever contains a character's body colour (tests check every place and time).
 
+Framing, as in AnimeGamer's clips: the character is the subject. A figure is drawn ``FIGURE_SCALE``
+times its height in units (about 44 of the clip's 64 rows), so the VAE's 8x8 latent cells see its
+body several cells across, and the camera pans with it: of the distance a figure travels, the
+camera takes ``FOLLOW`` and the figure crosses the frame by the rest, so quick travel shows as
+scenery streaming past as well as the figure moving.
+
 Coordinates: the clip is ``(frames, height, width, 3)`` uint8, the size of the ``tiny`` pipeline
 (17 frames at 64x96). A figure is drawn in local units ``(u, v)``: ``u`` along its facing, ``v``
-up from its feet; a ``Pose`` moves and bends it, and ``facing`` mirrors it.
+up from its feet; a ``Pose`` moves and bends it, and ``facing`` mirrors it. A pose's travel
+``dx`` is in units too; its ``lift`` is in screen pixels (there is no vertical panning).
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ class ClipSize:
 
 _TINY = tiny()
 CLIP = ClipSize(frames=_TINY.num_frames, height=_TINY.height, width=_TINY.width, fps=_TINY.fps)  # 17 x 64 x 96
+FIGURE_SCALE = 2.2  # screen pixels per figure unit for a 20-unit character: 44 pixels tall, 2.75 latent cells wide
+FOLLOW = 0.7  # the camera's share of a figure's travel; the figure crosses the frame by the other 0.3
 
 # ---------------------------------------------------------------------------------------------
 # Vocabulary: characters and their props
@@ -69,7 +78,7 @@ class Character:
     legs: RGB
     accent: RGB  # a bow or a cap band on the hair
     prop: Prop
-    height: float = 20.0  # feet to head top, pixels
+    height: float = 20.0  # feet to head top, in units (FIGURE_SCALE pixels each at height 20)
 
 
 CHARACTERS: tuple[Character, ...] = (
@@ -146,8 +155,8 @@ ADVERBS_BY_NAME = MappingProxyType({adverb.name: adverb for adverb in ADVERBS})
 class Pose:
     """The figure in one frame, relative to where the clip starts."""
 
-    dx: float = 0.0  # pixels along the facing
-    lift: float = 0.0  # pixels above the floor
+    dx: float = 0.0  # figure units travelled along the facing (the camera follows: see FOLLOW)
+    lift: float = 0.0  # screen pixels above the floor
     lean: float = 0.0  # degrees towards the facing; 90 lies flat
     crouch: float = 0.0  # 0 standing, 1 seated: hips lowered, legs forward
     head: float = 1.0  # where the face looks: 1 forward, -1 back
@@ -165,7 +174,7 @@ def _ease(p: float) -> float:
 
 
 def _fly(t: float, s: float) -> Pose:
-    travel, rise = min(36 * s, 70), min(22 * s, 30)
+    travel, rise = min(36 * s, 50), min(8 + 6 * s, 18)
     bob = 1.5 * math.sin(2 * math.pi * 2 * t) * min(1.0, s)
     return Pose(dx=travel * t, lift=rise * t + bob * t, lean=10, crouch=0.8, arm=-0.5, prop="ridden")
 
@@ -182,7 +191,7 @@ def _run(t: float, s: float) -> Pose:
 
 
 def _jump(t: float, s: float) -> Pose:
-    lift = min(18 * s, 28) * 4 * t * (1 - t)
+    lift = min(3 + 5 * s, 11) * 4 * t * (1 - t)
     squat = 0.4 * max(0.0, 1 - 8 * t) + 0.4 * max(0.0, 1 - 8 * (1 - t))
     return Pose(dx=min(8 * s, 16) * t, lift=lift, crouch=squat, arm=1.3 if lift > 2 else None)
 
@@ -223,7 +232,7 @@ def _hold(t: float, s: float) -> Pose:
     return Pose(lean=3 * s * math.sin(2 * math.pi * t), arm=0.3, prop="held")
 
 
-RAILING_HEIGHT = 7  # pixels: the railing "sit on railing" draws and the figure climbs onto
+RAILING_HEIGHT = 12  # pixels: the railing "sit on railing" draws and the figure climbs onto
 
 
 @dataclass(frozen=True)
@@ -334,8 +343,8 @@ def _celestial(
     draw: ImageDraw.ImageDraw, layout: np.random.Generator, time: TimeOfDay, size: ClipSize, horizon: int
 ) -> None:
     """Stars and moon at night, the sun by day, low and warm at either end of it."""
-    stars = layout.integers(0, [size.width, max(1, horizon)], size=(24, 2))
-    glow = layout.integers(150, 256, size=24)
+    stars = layout.integers(0, [size.width, max(1, horizon)], size=(_many(24, size), 2))
+    glow = layout.integers(150, 256, size=len(stars))
     sun_x = int(layout.integers(10, size.width - 10))
     if time.stars:
         for (x, y), g in zip(stars, glow, strict=True):
@@ -349,6 +358,11 @@ def _celestial(
         draw.ellipse([sun_x - 5, low - 5, sun_x + 5, low + 5], fill=colour)
 
 
+def _many(count: int, size: ClipSize) -> int:
+    """``count`` things per frame width, over the whole (panned) scenery's width."""
+    return max(1, round(count * size.width / CLIP.width))
+
+
 def _clouds(
     draw: ImageDraw.ImageDraw,
     layout: np.random.Generator,
@@ -358,7 +372,7 @@ def _clouds(
     top: int,
     bottom: int,
 ) -> None:
-    for _ in range(count):
+    for _ in range(_many(count, size)):
         x, y = int(layout.integers(0, size.width)), int(layout.integers(top, bottom))
         w, h = int(layout.integers(8, 18)), int(layout.integers(3, 6))
         draw.ellipse([x - w, y - h, x + w, y + h], fill=_lit((244, 244, 250), time.light))
@@ -373,13 +387,13 @@ def _draw_countryside(draw: ImageDraw.ImageDraw, layout: np.random.Generator, ti
     horizon = PLACES_BY_NAME["countryside"].horizon
     _celestial(draw, layout, time, size, horizon)
     _clouds(draw, layout, time, size, 2, 6, horizon - 16)
-    for _ in range(3):  # rolling hills behind the fields
+    for _ in range(_many(3, size)):  # rolling hills behind the fields
         x, w = int(layout.integers(0, size.width)), int(layout.integers(24, 44))
         draw.ellipse([x - w, horizon - 10, x + w, horizon + 14], fill=_lit((92, 150, 84), time.light))
     draw.rectangle([0, horizon, size.width, size.height], fill=_lit((128, 176, 74), time.light))
     for row in range(horizon + 4, size.height, 6):  # furrows
         draw.line([(0, row), (size.width, row)], fill=_lit((112, 158, 62), time.light))
-    for _ in range(3):
+    for _ in range(_many(3, size)):
         x = int(layout.integers(4, size.width - 4))
         draw.line([(x, horizon + 2), (x, horizon - 6)], fill=_lit((96, 64, 36), time.light), width=2)
         draw.ellipse([x - 5, horizon - 15, x + 5, horizon - 4], fill=_lit((44, 110, 52), time.light))
@@ -390,11 +404,11 @@ def _draw_grass(draw: ImageDraw.ImageDraw, layout: np.random.Generator, time: Ti
     _celestial(draw, layout, time, size, horizon)
     _clouds(draw, layout, time, size, 2, 4, horizon - 8)
     draw.rectangle([0, horizon, size.width, size.height], fill=_lit((96, 172, 72), time.light))
-    blades = layout.integers(0, [size.width, size.height - horizon], size=(60, 2))
+    blades = layout.integers(0, [size.width, size.height - horizon], size=(_many(60, size), 2))
     for x, y in blades:
         base = horizon + int(y)
         draw.line([(int(x), base), (int(x) + 1, base - 3)], fill=_lit((60, 130, 48), time.light))
-    flowers = layout.integers(0, [size.width, size.height - horizon], size=(12, 2))
+    flowers = layout.integers(0, [size.width, size.height - horizon], size=(_many(12, size), 2))
     palette = ((250, 250, 240), (250, 220, 60), (230, 80, 80))
     for i, (x, y) in enumerate(flowers):
         draw.point((int(x), horizon + int(y)), fill=_lit(palette[i % 3], time.light))
@@ -443,7 +457,8 @@ def _draw_street(draw: ImageDraw.ImageDraw, layout: np.random.Generator, time: T
     draw.rectangle([0, road, size.width, size.height], fill=_lit((72, 72, 78), time.light))
     for x in range(0, size.width, 12):
         draw.line([(x, road + 4), (x + 5, road + 4)], fill=_lit((236, 236, 228), time.light))
-    for x in (int(layout.integers(6, 30)), int(layout.integers(60, 90))):  # street lamps
+    for x in range(0, size.width, 48):  # street lamps
+        x += int(layout.integers(6, 30))
         draw.line([(x, horizon + 12), (x, horizon - 18)], fill=_lit((50, 50, 56), time.light), width=2)
         lamp = (255, 236, 150) if time.lit_windows else _lit((200, 200, 190), time.light)
         draw.ellipse([x - 3, horizon - 22, x + 3, horizon - 17], fill=lamp)
@@ -455,45 +470,47 @@ def _draw_bedroom(draw: ImageDraw.ImageDraw, layout: np.random.Generator, time: 
     draw.rectangle([0, horizon, size.width, size.height], fill=_lit((170, 118, 76), time.indoor))  # floor
     for row in range(horizon + 4, size.height, 5):
         draw.line([(0, row), (size.width, row)], fill=_lit((150, 100, 62), time.indoor))
-    wx = int(layout.integers(8, 30))
-    window = [wx, 8, wx + 22, 26]  # the window shows the time of day outside
+    wx, bx = int(layout.integers(8, 30)), int(layout.integers(56, 66))
+    stars = layout.integers(0, [20, 16], size=(5, 2))
     frame = _lit((250, 250, 250), time.indoor)
-    draw.rectangle(window, fill=time.sky_top if time.stars else time.sky_bottom, outline=frame)
-    draw.line([(wx + 11, 8), (wx + 11, 26)], fill=frame)
-    if time.stars:
-        for sx, sy in layout.integers(0, [20, 16], size=(5, 2)):
-            draw.point((wx + 1 + int(sx), 9 + int(sy)), fill=(230, 230, 240))
-    else:
-        layout.integers(0, [20, 16], size=(5, 2))
-    bx = int(layout.integers(56, 66))
-    draw.rectangle([bx, horizon - 6, bx + 28, horizon + 8], fill=_lit((120, 76, 46), time.indoor))  # bed
-    draw.rectangle([bx + 1, horizon - 8, bx + 27, horizon + 2], fill=_lit((86, 120, 196), time.indoor))
-    draw.rectangle([bx + 20, horizon - 11, bx + 27, horizon - 6], fill=_lit((246, 246, 240), time.indoor))
-    if time.name == "night":  # a lamp on the bedside table
-        draw.rectangle([bx - 8, horizon - 8, bx - 3, horizon + 4], fill=_lit((110, 70, 44), time.indoor))
-        draw.polygon(
-            [(bx - 9, horizon - 9), (bx - 2, horizon - 9), (bx - 4, horizon - 14), (bx - 7, horizon - 14)],
-            fill=(255, 226, 150),
-        )
+    first = (size.width - CLIP.width) // 2 % CLIP.width - CLIP.width  # one room per frame width, panned past
+    for left in range(first, size.width, CLIP.width):
+        x = left + wx
+        window = [x, 8, x + 22, 26]  # the window shows the time of day outside
+        draw.rectangle(window, fill=time.sky_top if time.stars else time.sky_bottom, outline=frame)
+        draw.line([(x + 11, 8), (x + 11, 26)], fill=frame)
+        if time.stars:
+            for sx, sy in stars:
+                draw.point((x + 1 + int(sx), 9 + int(sy)), fill=(230, 230, 240))
+        x = left + bx
+        draw.rectangle([x, horizon - 6, x + 28, horizon + 8], fill=_lit((120, 76, 46), time.indoor))  # bed
+        draw.rectangle([x + 1, horizon - 8, x + 27, horizon + 2], fill=_lit((86, 120, 196), time.indoor))
+        draw.rectangle([x + 20, horizon - 11, x + 27, horizon - 6], fill=_lit((246, 246, 240), time.indoor))
+        if time.name == "night":  # a lamp on the bedside table
+            draw.rectangle([x - 8, horizon - 8, x - 3, horizon + 4], fill=_lit((110, 70, 44), time.indoor))
+            draw.polygon(
+                [(x - 9, horizon - 9), (x - 2, horizon - 9), (x - 4, horizon - 14), (x - 7, horizon - 14)],
+                fill=(255, 226, 150),
+            )
 
 
 PLACES: tuple[Place, ...] = (
     Place(
-        "sky", horizon=64, floor_y=54, ground=(0, 0, 0), draw=_draw_sky, neighbours=("countryside", "town", "street")
+        "sky", horizon=64, floor_y=60, ground=(0, 0, 0), draw=_draw_sky, neighbours=("countryside", "town", "street")
     ),
     Place(
         "countryside",
         horizon=36,
-        floor_y=54,
+        floor_y=60,
         ground=(128, 176, 74),
         draw=_draw_countryside,
         neighbours=("sky", "grass", "town"),
     ),
-    Place("grass", horizon=30, floor_y=52, ground=(96, 172, 72), draw=_draw_grass, neighbours=("countryside", "town")),
+    Place("grass", horizon=30, floor_y=60, ground=(96, 172, 72), draw=_draw_grass, neighbours=("countryside", "town")),
     Place(
         "town",
         horizon=44,
-        floor_y=56,
+        floor_y=61,
         ground=(156, 150, 140),
         draw=_draw_town,
         neighbours=("street", "countryside", "sky"),
@@ -502,7 +519,7 @@ PLACES: tuple[Place, ...] = (
     Place(
         "street",
         horizon=40,
-        floor_y=54,
+        floor_y=60,
         ground=(166, 164, 156),
         draw=_draw_street,
         neighbours=("town", "bedroom", "sky"),
@@ -511,7 +528,7 @@ PLACES: tuple[Place, ...] = (
     Place(
         "bedroom",
         horizon=44,
-        floor_y=58,
+        floor_y=61,
         ground=(170, 118, 76),
         draw=_draw_bedroom,
         neighbours=("street",),
@@ -580,8 +597,8 @@ class Turn:
     place: str
     time: str
     phrase: str = ""  # the action as the instruction words it; default: the action's first phrase
-    start_x: float | None = None  # feet column at frame 0; None: render_clip's rng picks one
-    facing: int | None = None  # 1 right, -1 left; None: render_clip's rng picks
+    start_x: float | None = None  # feet column at frame 0; None: the path centred in the frame (place_turn)
+    facing: int | None = None  # 1 right, -1 left; None: right where the path fits (place_turn)
 
     @property
     def instruction(self) -> Instruction:
@@ -614,38 +631,62 @@ def poses(turn: Turn, size: ClipSize = CLIP) -> list[Pose]:
     return [action.motion(i / (size.frames - 1), adverb.speed) for i in range(size.frames)]
 
 
-def _reach(pose: Pose) -> tuple[float, float]:
-    """How far the figure extends behind and ahead of its feet (pixels along the facing)."""
+def figure_scale(character: Character) -> float:
+    """Screen pixels per figure unit for this character."""
+    return FIGURE_SCALE * character.height / 20.0
+
+
+def screen_dx(pose: Pose) -> float:
+    """How far the figure has crossed the frame (pixels along its facing): its travel less the camera's."""
+    return pose.dx * FIGURE_SCALE * (1.0 - FOLLOW)
+
+
+def camera_dx(pose: Pose) -> float:
+    """How far the camera has panned with the figure (pixels along its facing)."""
+    return pose.dx * FIGURE_SCALE * FOLLOW
+
+
+# The scenery is drawn this much wider on each side than the frame, enough for the longest pan (a rapid run).
+PAN_MARGIN = math.ceil(72 * FIGURE_SCALE * FOLLOW) + 2
+
+
+def _reach(pose: Pose, scale: float) -> tuple[float, float]:
+    """How far the figure extends behind and ahead of its start column (screen pixels along the facing)."""
     lean = math.sin(math.radians(pose.lean))
     back = 16.0 if pose.prop == "ridden" else 6.0
-    return pose.dx - back, pose.dx + 6.0 + 18.0 * lean
+    return screen_dx(pose) - back * scale, screen_dx(pose) + (6.0 + 18.0 * lean) * scale
 
 
 def start_range(turn: Turn, facing: int, size: ClipSize = CLIP) -> tuple[float, float]:
     """The start columns that keep the whole figure inside the frame for the clip, for one facing."""
     margin = 2.0
-    reaches = [_reach(pose) for pose in poses(turn, size)]
+    scale = figure_scale(CHARACTERS_BY_NAME[turn.character])
+    reaches = [_reach(pose, scale) for pose in poses(turn, size)]
     offsets = [facing * r for pair in reaches for r in pair]
     return margin - min(offsets), size.width - margin - max(offsets)
 
 
-def place_turn(
-    turn: Turn, rng: np.random.Generator, after: float | None = None, facing: int | None = None, size: ClipSize = CLIP
-) -> Turn:
-    """Fix the start: continue from ``after`` (the previous turn's end) when it fits, else pick one."""
-    first = facing if facing else (1 if rng.random() < 0.5 else -1)
+def place_turn(turn: Turn, after: float | None = None, facing: int | None = None, size: ClipSize = CLIP) -> Turn:
+    """Fix the start: continue from ``after`` (the previous turn's end) when it fits, else frame the path.
+
+    A fresh start (no ``after``) faces right unless told otherwise and centres the figure's path in the frame,
+    as a camera frames its subject: so the instruction alone says where the figure is, and only a turn that goes
+    on in the same place needs the past to know it.
+    """
+    first = facing if facing else 1
     for candidate in (first, -first):
         low, high = start_range(turn, candidate, size)
         if low <= high:
-            x = min(high, max(low, after)) if after is not None else float(rng.uniform(low, high))
+            x = min(high, max(low, after)) if after is not None else (low + high) / 2
             return replace(turn, start_x=round(x, 2), facing=candidate)
     low, high = start_range(turn, first, size)  # too long a path for the frame: centre it
     return replace(turn, start_x=round((low + high) / 2, 2), facing=first)
 
 
 def end_x(turn: Turn, size: ClipSize = CLIP) -> float:
+    """The figure's column on screen at the clip's end."""
     assert turn.start_x is not None and turn.facing is not None, "place the turn first"
-    return turn.start_x + turn.facing * poses(turn, size)[-1].dx
+    return turn.start_x + turn.facing * screen_dx(poses(turn, size)[-1])
 
 
 def plan_episode(rng: np.random.Generator, turns: int) -> tuple[World, list[Turn]]:
@@ -674,10 +715,10 @@ def plan_episode(rng: np.random.Generator, turns: int) -> tuple[World, list[Turn
         phrase = action.phrases[int(rng.integers(len(action.phrases)))]
         turn = Turn(character.name, action.name, adverb.name, place.name, time.name, phrase=phrase)
         previous = plan[-1] if plan and plan[-1].place == place.name else None
-        if previous is None:
-            turn = place_turn(turn, rng)
+        if previous is not None:  # the figure goes on from where it stopped, the way it faced
+            turn = place_turn(turn, after=end_x(previous), facing=previous.facing)
         else:
-            turn = place_turn(turn, rng, after=end_x(previous), facing=previous.facing)
+            turn = place_turn(turn)
         plan.append(turn)
     return world, plan
 
@@ -686,17 +727,27 @@ def plan_episode(rng: np.random.Generator, turns: int) -> tuple[World, list[Turn
 # Drawing
 
 
-def render_background(place: Place, time: TimeOfDay, layout_seed: int, size: ClipSize = CLIP) -> Image.Image:
-    """The still scene: a sky gradient for the time of day, the place's floor and scenery, lit by the time."""
+def render_scenery(place: Place, time: TimeOfDay, layout_seed: int, size: ClipSize = CLIP) -> Image.Image:
+    """The still scene the camera pans across: ``2 * PAN_MARGIN`` wider than a frame, a frame's height.
+
+    A sky gradient for the time of day, the place's floor and scenery, lit by the time; the same layout at
+    every time of day.
+    """
+    width = size.width + 2 * PAN_MARGIN
     rows = np.linspace(0.0, 1.0, max(1, place.horizon))[:, None]
     top, bottom = np.array(time.sky_top, float), np.array(time.sky_bottom, float)
-    canvas = np.empty((size.height, size.width, 3), np.uint8)
+    canvas = np.empty((size.height, width, 3), np.uint8)
     canvas[: place.horizon] = np.round(top + (bottom - top) * rows)[:, None, :][: size.height].astype(np.uint8)
     canvas[place.horizon :] = _lit(place.ground, time.light)
     image = Image.fromarray(canvas)
     layout = np.random.default_rng([layout_seed, PLACES.index(place)])  # the same layout at every time
-    place.draw(ImageDraw.Draw(image), layout, time, size)
+    place.draw(ImageDraw.Draw(image), layout, time, replace(size, width=width))
     return image
+
+
+def render_background(place: Place, time: TimeOfDay, layout_seed: int, size: ClipSize = CLIP) -> Image.Image:
+    """What a frame shows behind the figure before the camera pans: the middle of ``render_scenery``."""
+    return render_scenery(place, time, layout_seed, size).crop((PAN_MARGIN, 0, PAN_MARGIN + size.width, size.height))
 
 
 def _draw_railing(draw: ImageDraw.ImageDraw, x: float, floor_y: int, light: tuple[float, float, float]) -> None:
@@ -710,12 +761,12 @@ def _draw_railing(draw: ImageDraw.ImageDraw, x: float, floor_y: int, light: tupl
 def draw_figure(
     draw: ImageDraw.ImageDraw, character: Character, pose: Pose, x: float, floor_y: float, facing: int
 ) -> None:
-    """One figure: legs, body in its colour, arms, head with hair and accent, and its prop."""
-    scale = character.height / 20.0
+    """One figure, its feet at column ``x``: legs, body in its colour, arms, head with hair and accent, its prop."""
+    scale = figure_scale(character)
     lean = math.radians(pose.lean)
     cos, sin = math.cos(lean), math.sin(lean)
-    base_x, base_y = x + facing * pose.dx, floor_y - pose.lift
-    lie = 4.0 * sin  # lying flat, the body rests on its side, not half under the floor
+    base_x, base_y = x, floor_y - pose.lift
+    lie = 5.5 * sin * scale  # lying flat, the body rests on its side, not half under the floor
 
     def at(u: float, v: float) -> tuple[float, float]:
         u, v = u * scale, v * scale
@@ -726,30 +777,31 @@ def draw_figure(
     walk = pose.stride * 2.5 * (1.0 - pose.crouch)
     for side, swing in ((-1.0, -walk), (1.0, walk)):  # seated, the legs point forward along the floor
         foot = (side * (1.0 - pose.crouch) + swing + 6.0 * pose.crouch, 0.0)
-        draw.line([at(side, hip), at(*foot)], fill=character.legs, width=2)
+        draw.line([at(side, hip), at(*foot)], fill=character.legs, width=_width(2, scale))
 
     if pose.prop == "ridden":
-        draw.line([at(-10, hip + 0.5), at(9, hip + 1.5)], fill=character.prop.colour, width=2)
+        draw.line([at(-10, hip + 0.5), at(9, hip + 1.5)], fill=character.prop.colour, width=_width(2, scale))
         draw.polygon(
             [at(-10, hip + 2.5), at(-16, hip + 4), at(-16, hip - 2), at(-10, hip - 1)], fill=character.prop.detail
         )
 
     if character.shape == "dress":
-        body = [at(-4, hip - 2), at(4, hip - 2), at(2, shoulder), at(-2, shoulder)]
+        hem = hip - 2.0 * (1.0 - pose.crouch)  # seated, the skirt rests on the seat, not under the floor
+        body = [at(-5, hem), at(5, hem), at(2.5, shoulder), at(-2.5, shoulder)]
     elif character.shape == "shirt":
-        body = [at(-2.5, hip), at(2.5, hip), at(2.5, shoulder), at(-2.5, shoulder)]
+        body = [at(-4.5, hip), at(4.5, hip), at(4.5, shoulder), at(-4.5, shoulder)]
     else:
-        mid, rx, ry = (hip + shoulder) / 2, 4.0, 4.5
+        mid, rx, ry = (hip + shoulder) / 2, 4.5, 5.0
         body = [at(rx * math.cos(a), mid + ry * math.sin(a)) for a in np.linspace(0, 2 * math.pi, 8, endpoint=False)]
     draw.polygon(body, fill=character.body)
 
     back_hand = (-3.0 - walk * 0.5, shoulder - 6.0)
-    draw.line([at(-1.5, shoulder - 1), at(*back_hand)], fill=character.skin, width=1)
+    draw.line([at(-1.5, shoulder - 1), at(*back_hand)], fill=character.skin, width=_width(1, scale))
     if pose.arm is None:
         hand = (3.0, shoulder - 6.0)
     else:
         hand = (1.5 + 6.0 * math.cos(pose.arm), shoulder - 1 + 6.0 * math.sin(pose.arm))
-    draw.line([at(1.5, shoulder - 1), at(*hand)], fill=character.skin, width=1)
+    draw.line([at(1.5, shoulder - 1), at(*hand)], fill=character.skin, width=_width(1, scale))
 
     head_u, head_v, radius = 0.6 * pose.head, shoulder + 4.0, 3.5 * scale
     cx, cy = at(head_u, head_v)
@@ -758,12 +810,17 @@ def draw_figure(
     hair = radius * 0.95
     draw.ellipse([hx - hair, hy - hair, hx + hair, hy + hair], fill=character.hair)
     ex, ey = at(head_u + 2.0 * pose.head, head_v + 0.3)
-    draw.point((ex, ey), fill=(20, 20, 20))
+    draw.ellipse([ex - 0.5 * scale, ey - 0.5 * scale, ex + 0.5 * scale, ey + 0.5 * scale], fill=(20, 20, 20))
     ax, ay = at(head_u - 2.2 * pose.head, head_v + 3.0)
-    draw.rectangle([ax - 1, ay - 1, ax + 1, ay + 1], fill=character.accent)
+    draw.rectangle([ax - scale, ay - scale, ax + scale, ay + scale], fill=character.accent)
 
     if pose.prop != "ridden":
-        _draw_prop(draw, character.prop, pose.prop, at, hand)
+        _draw_prop(draw, character.prop, pose.prop, at, hand, _width(1, scale))
+
+
+def _width(pixels: int, scale: float) -> int:
+    """A line ``pixels`` wide on a 20-unit figure at scale 1, at this figure's scale."""
+    return max(1, round(pixels * scale / 2))
 
 
 def _draw_prop(
@@ -772,51 +829,54 @@ def _draw_prop(
     mode: str,
     at: Callable[[float, float], tuple[float, float]],
     hand: tuple[float, float],
+    width: int,
 ) -> None:
     hu, hv = hand
     if prop.name == "broom":
         if mode == "held":  # upright beside the figure, bristles on the floor
-            draw.line([at(6, 4), at(6, 20)], fill=prop.colour, width=1)
+            draw.line([at(6, 4), at(6, 20)], fill=prop.colour, width=width)
             draw.polygon([at(4, 0), at(8, 0), at(7, 4), at(5, 4)], fill=prop.detail)
         else:  # carried slanting at the side
-            draw.line([at(hu - 3, hv - 4), at(hu + 2, hv + 9)], fill=prop.colour, width=1)
+            draw.line([at(hu - 3, hv - 4), at(hu + 2, hv + 9)], fill=prop.colour, width=width)
             draw.polygon(
                 [at(hu - 5, hv - 8), at(hu - 1, hv - 9), at(hu - 2, hv - 4), at(hu - 4, hv - 4)], fill=prop.detail
             )
     elif prop.name == "umbrella":
         if mode == "held":  # open above the head
-            draw.line([at(hu, hv), at(hu, hv + 14)], fill=prop.colour, width=1)
+            draw.line([at(hu, hv), at(hu, hv + 14)], fill=prop.colour, width=width)
             draw.polygon(
                 [at(hu - 7, hv + 13), at(hu + 7, hv + 13), at(hu + 4, hv + 17), at(hu - 4, hv + 17)], fill=prop.detail
             )
         else:  # closed, tip down
-            draw.line([at(hu, hv + 2), at(hu + 1, hv - 6)], fill=prop.detail, width=2)
+            draw.line([at(hu, hv + 2), at(hu + 1, hv - 6)], fill=prop.detail, width=2 * width)
     else:  # bucket: hangs from the hand, or raised in front
         top = hv + (3 if mode == "held" else -1)
         draw.polygon([at(hu - 2, top), at(hu + 2, top), at(hu + 1.5, top - 3), at(hu - 1.5, top - 3)], fill=prop.detail)
-        draw.line([at(hu - 2, top), at(hu, top + 2), at(hu + 2, top)], fill=prop.colour)
+        draw.line([at(hu - 2, top), at(hu, top + 2), at(hu + 2, top)], fill=prop.colour, width=width)
 
 
 def render_clip(turn: Turn, world: World, rng: np.random.Generator, size: ClipSize = CLIP) -> np.ndarray:
     """The clip of one turn: ``(frames, height, width, 3)`` uint8, deterministic for the rng's seed.
 
     The scene comes from the world's layout (the same at every turn); the rng only chooses a start
-    and a facing when the turn leaves them open. Frames tile directly: ``np.concatenate(clip, axis=1)``.
+    and a facing when the turn leaves them open. The camera pans with the figure (``FOLLOW``), so
+    each frame is a window on the wider scenery. Frames tile directly: ``np.concatenate(clip, axis=1)``.
     """
     assert turn.character == world.character.name, f"turn is for {turn.character}, world for {world.character.name}"
     place, time = PLACES_BY_NAME[turn.place], TIMES_BY_NAME[turn.time]
     if turn.start_x is None or turn.facing is None:
-        turn = place_turn(turn, rng, facing=turn.facing, size=size)
+        turn = place_turn(turn, facing=turn.facing, size=size)
     assert turn.start_x is not None and turn.facing is not None
-    background = render_background(place, time, world.layout_seed, size)
-    if ACTIONS_BY_NAME[turn.action].railing:
-        _draw_railing(
-            ImageDraw.Draw(background), turn.start_x, place.floor_y, time.indoor if place.indoor else time.light
-        )
+    scenery = render_scenery(place, time, world.layout_seed, size)
+    if ACTIONS_BY_NAME[turn.action].railing:  # a seated figure does not travel, so the railing stays in frame
+        light = time.indoor if place.indoor else time.light
+        _draw_railing(ImageDraw.Draw(scenery), PAN_MARGIN + turn.start_x, place.floor_y, light)
     clip = np.empty((size.frames, size.height, size.width, 3), np.uint8)  # (F, H, W, C)
     for index, pose in enumerate(poses(turn, size)):
-        frame = background.copy()
-        draw_figure(ImageDraw.Draw(frame), world.character, pose, turn.start_x, place.floor_y, turn.facing)
+        left = PAN_MARGIN + round(turn.facing * camera_dx(pose))
+        frame = scenery.crop((left, 0, left + size.width, size.height))
+        x = turn.start_x + turn.facing * screen_dx(pose)
+        draw_figure(ImageDraw.Draw(frame), world.character, pose, x, place.floor_y, turn.facing)
         clip[index] = np.asarray(frame)
     return clip
 
@@ -824,3 +884,25 @@ def render_clip(turn: Turn, world: World, rng: np.random.Generator, size: ClipSi
 def figure_mask(frames: np.ndarray, character: Character) -> np.ndarray:
     """Where the character's body colour is, per pixel: ``(..., H, W)`` bool."""
     return np.all(frames == np.array(character.body, np.uint8), axis=-1)
+
+
+def character_mask(frames: np.ndarray, character: Character, grow: int = 2) -> np.ndarray:
+    """Where any of the character's own colours is, grown by ``grow`` pixels: ``(..., H, W)`` bool.
+
+    Training weights these pixels: the figure is a sixth of the frame and the scenery the rest, so an
+    unweighted loss learns the scenery first and blurs the figure into it. Scenery pixels that happen
+    to share a skin or prop colour only add a little weight where it is not needed.
+    """
+    colours = (character.body, character.skin, character.hair, character.legs, character.accent)
+    colours += (character.prop.colour, character.prop.detail)
+    mask = np.zeros(frames.shape[:-1], bool)
+    for colour in colours:
+        mask |= np.all(frames == np.array(colour, np.uint8), axis=-1)
+    for _ in range(grow):  # one pixel to each side per round
+        grown = mask.copy()
+        grown[..., 1:, :] |= mask[..., :-1, :]
+        grown[..., :-1, :] |= mask[..., 1:, :]
+        grown[..., :, 1:] |= mask[..., :, :-1]
+        grown[..., :, :-1] |= mask[..., :, 1:]
+        mask = grown
+    return mask

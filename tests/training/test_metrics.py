@@ -7,6 +7,7 @@ was measured on these clips and set with a margin; the measured value is in the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from game.state import StateDeltas
 from training.dataset import Episode, load_toyworld, write_toyworld
 from training.metrics import (
+    MOTION_CHECKS,
     DayNight,
     FlowScale,
     colour_drift,
@@ -26,6 +28,7 @@ from training.metrics import (
     is_figure,
     moves_right_way,
     pixel_error,
+    position_jump,
     quick_over_gentle,
     state_scores,
 )
@@ -37,6 +40,7 @@ from training.toyworld import (
     TIMES_OF_DAY,
     Turn,
     World,
+    end_x,
     figure_mask,
     place_turn,
     render_clip,
@@ -67,7 +71,7 @@ def speed_clips(seed: int) -> list[tuple[str, int, np.ndarray]]:
     for action, place in SPEED_ACTIONS.items():
         for adverb in ADVERBS:
             time = TIMES_OF_DAY[int(rng.integers(len(TIMES_OF_DAY)))].name
-            turn = place_turn(Turn("Qiqi", action, adverb.name, place, time), rng)
+            turn = place_turn(Turn("Qiqi", action, adverb.name, place, time))
             world = World(QIQI, layout_seed=int(rng.integers(1000)))
             out.append((action, adverb.level, round_trip(render_clip(turn, world, rng))))
     return out
@@ -227,20 +231,37 @@ def test_another_characters_colour_is_not_found(episodes):
 
 
 @pytest.mark.parametrize("adverb", [adverb.name for adverb in ADVERBS])
-@pytest.mark.parametrize(("action", "place"), [("fly on broomstick", "sky"), ("lie down", "grass")])
-def test_ground_truth_flies_up_and_across_and_lies_down_low(action, place, adverb):
+@pytest.mark.parametrize(
+    ("action", "place"),
+    [
+        ("fly on broomstick", "sky"),
+        ("walk", "town"),
+        ("run", "street"),
+        ("jump", "grass"),
+        ("sit down", "grass"),
+        ("lie down", "bedroom"),
+    ],
+)
+def test_ground_truth_moves_the_way_its_action_goes(action, place, adverb):
     for time in ("day", "night"):
         assert moves_right_way(action, qiqi_clip(action, adverb, place, time), QIQI.body) is True
 
 
-def test_walking_is_neither_flying_nor_lying_down():
-    walk = qiqi_clip("walk", "quickly")
-    assert moves_right_way("fly on broomstick", walk, QIQI.body) is False
-    assert moves_right_way("lie down", walk, QIQI.body) is False
-
-
-def test_only_flying_and_lying_down_are_judged():
+def test_every_action_with_a_direction_is_judged_and_no_other():
+    assert set(MOTION_CHECKS) == {"fly on broomstick", "walk", "run", "jump", "sit down", "lie down"}
     assert moves_right_way("wave to a friend", qiqi_clip("wave to a friend", "gently"), QIQI.body) is None
+
+
+def test_walking_is_neither_flying_nor_jumping_nor_lying_down():
+    walk = qiqi_clip("walk", "quickly")
+    for other in ("fly on broomstick", "jump", "sit down", "lie down"):
+        assert moves_right_way(other, walk, QIQI.body) is False, other
+
+
+def test_standing_still_is_not_walking_or_flying():
+    still = qiqi_clip("wave to a friend", "slowly")
+    assert moves_right_way("walk", still, QIQI.body) is False
+    assert moves_right_way("fly on broomstick", still, QIQI.body) is False
 
 
 @pytest.mark.parametrize("clip", [GREY, NOISE], ids=["grey", "noise"])
@@ -270,3 +291,15 @@ def test_a_recoloured_figure_drifts_and_a_lost_one_is_not_matched():
     recoloured[figure_mask(clip, QIQI)] += np.array([20, 0, 0], np.uint8)
     colours = [figure_colour(clip, QIQI.body), figure_colour(recoloured, QIQI.body), figure_colour(GREY, QIQI.body)]
     assert colour_drift(colours) == [pytest.approx(20.0), None]
+
+
+def test_a_figure_that_goes_on_from_where_it_stopped_does_not_jump():
+    world = World(QIQI, layout_seed=3)
+    first = Turn("Qiqi", "walk", "smoothly", "town", "day", start_x=10.0, facing=1)
+    wave = Turn("Qiqi", "wave to a friend", "gently", "town", "day")
+    second = place_turn(wave, after=end_x(first), facing=1)
+    moved = replace(second, start_x=second.start_x + 30)
+    clips = [round_trip(render_clip(turn, world, np.random.default_rng(0))) for turn in (first, second, moved)]
+    assert position_jump(clips[0], clips[1], QIQI.body) < 4  # pixels; measured 2.5, the poses differ
+    assert position_jump(clips[0], clips[2], QIQI.body) > 25
+    assert position_jump(clips[0], GREY, QIQI.body) is None

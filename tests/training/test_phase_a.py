@@ -7,6 +7,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +16,16 @@ from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, load_toyworld, split, write_toyworld
 from training.encoder import ClipEncoder, instruction_bytes
 from training.loop import PROGRESS, STATE, CheckpointMismatchError, StepBatchSampler, mean
-from training.phase_a import OUTPUTS, VAE_STAGE, PhaseAResult, build_initial_vae, frames_to_tensor, train_phase_a
+from training.phase_a import (
+    OUTPUTS,
+    VAE_STAGE,
+    PhaseAResult,
+    VAEModel,
+    build_initial_vae,
+    figure_cells,
+    frames_to_tensor,
+    train_phase_a,
+)
 from worker.pipeline.vae import build_vae
 
 STEPS = 30
@@ -30,6 +40,9 @@ CONFIG = TrainConfig(
     seed=0,
     vae_steps=VAE_STEPS,
     vae_learning_rate=2e-3,
+    lr_decay=0.5,  # the rate falls across the resume point of the resume test
+    vae_figure_weight=5.0,
+    figure_weight=3.0,
 )
 
 
@@ -148,3 +161,50 @@ def test_cli_trains_and_refuses_an_empty_folder(data: Path, tmp_path: Path, caps
     (tmp_path / "empty").mkdir()
     assert main(["train", "phase-a", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 1
     assert "is empty" in capsys.readouterr().err
+
+
+def test_figure_cells_are_the_characters_share_of_each_latent_cell() -> None:
+    """Latent frame 0 comes from frame 0 alone, latent frame 1 from frames 1-4; a cell is 8 x 8 pixels."""
+    figure = torch.zeros(1, 9, 1, 16, 24, dtype=torch.bool)  # (N, T, 1, H, W): 3 latent frames of 2 x 3 cells
+    figure[0, 1:5, 0, 8:16, 16:24] = True  # all of cell (1, 2) in latent frame 1
+    figure[0, 0, 0, 0:8, 0:4] = True  # half of cell (0, 0) in latent frame 0
+    cells = figure_cells(figure, frames=3, grid=(2, 3))
+    assert cells.shape == (1, 3, 1, 2, 3)
+    assert cells[0, 1, 0, 1, 2] == 1.0 and cells[0, 0, 0, 0, 0] == 0.5
+    assert cells.sum() == 1.5
+
+
+def test_the_vae_loss_weighs_the_characters_pixels() -> None:
+    """An error on the character's pixels costs 1 + figure_weight times what the same error costs on scenery."""
+
+    class Identity(torch.nn.Module):  # a VAE whose latent is its input and whose output is off by ``wrong``
+        def __init__(self, wrong: torch.Tensor) -> None:
+            super().__init__()
+            self.wrong = wrong
+
+        def encode(self, x: torch.Tensor) -> SimpleNamespace:
+            dist = SimpleNamespace(mean=x * 0, var=x * 0 + 1, logvar=x * 0, sample=lambda generator: x)
+            return SimpleNamespace(latent_dist=dist)
+
+        def decode(self, z: torch.Tensor) -> SimpleNamespace:
+            return SimpleNamespace(sample=z + self.wrong)
+
+    x = torch.zeros(1, 9, 3, 8, 8)
+    figure = torch.zeros(1, 9, 1, 8, 8, dtype=torch.bool)
+    figure[..., :4, :] = True
+    on_figure, on_scenery = torch.zeros(1, 3, 9, 8, 8), torch.zeros(1, 3, 9, 8, 8)
+    on_figure[..., :4, :], on_scenery[..., 4:, :] = 0.5, 0.5
+
+    def loss(wrong: torch.Tensor) -> float:
+        model = VAEModel(Identity(wrong), kl_weight=0.0, frames=9, figure_weight=4.0)
+        return float(model({"frames": x, "figure": figure}, torch.Generator()))
+
+    assert loss(on_figure) == pytest.approx(5 * loss(on_scenery))
+
+
+def test_the_rate_is_constant_then_falls_to_a_tenth() -> None:
+    config = TrainConfig(steps=10, learning_rate=1.0, lr_decay=0.5)
+    rates = [config.learning_rate_at(step) for step in range(1, 11)]
+    assert rates[:5] == [1.0] * 5
+    assert rates[5:] == pytest.approx([0.82, 0.64, 0.46, 0.28, 0.1])
+    assert TrainConfig(steps=10, learning_rate=1.0).learning_rate_at(10) == 1.0

@@ -14,7 +14,9 @@ from training.phase_b import PhaseError
 from training.phase_c import OUTPUTS, UNCONDITIONAL, PhaseCModel, train_phase_c
 from worker.pipeline.decoder import AnimeGamerDecoder
 
-CONFIG = TrainConfig(steps=30, batch_size=4, learning_rate=2e-3, eval_every=10, checkpoint_every=10, held_out_every=2)
+CONFIG = TrainConfig(
+    steps=30, batch_size=4, learning_rate=2e-3, eval_every=10, checkpoint_every=10, held_out_every=2, figure_weight=3.0
+)
 MODEL = ToyModelConfig()
 
 
@@ -51,6 +53,7 @@ def test_some_conditions_are_the_unconditional_tokens() -> None:
         "latents": torch.randn(B, p.latent_frames, p.decoder.latent_channels, p.latent_height, p.latent_width),
         "condition": torch.randn(B, p.num_query_tokens, p.decoder.hidden_size),
         "flow": torch.ones(B),
+        "cells": torch.zeros(B, p.latent_frames, 1, p.latent_height, p.latent_width),
     }
     model(batch, torch.Generator().manual_seed(0))
     unconditional = decoder.unconditional_tokens(1)[0]

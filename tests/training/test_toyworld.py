@@ -24,6 +24,7 @@ from training.toyworld import (
     Turn,
     World,
     allowed_actions,
+    character_mask,
     figure_mask,
     plan_episode,
     render_background,
@@ -127,7 +128,7 @@ def test_flying_goes_up_and_across():
 
 def test_lying_down_ends_lower_and_wider():
     clip = clip_of("lie down", place="grass")
-    first, last = figure_mask(clip[0], QIQI), figure_mask(clip[-1], QIQI)
+    first, last = character_mask(clip[0], QIQI, grow=0), character_mask(clip[-1], QIQI, grow=0)
     assert centroid(clip[-1])[0] > centroid(clip[0])[0] + 3
 
     def extent(mask: np.ndarray, axis: int) -> int:
@@ -158,3 +159,48 @@ def test_a_character_keeps_its_colours_and_world_across_an_episode(seed):
     for earlier, later in itertools.pairwise(turns):
         assert TIMES_BY_NAME[later.time].order >= TIMES_BY_NAME[earlier.time].order
         assert later.place in (earlier.place, *PLACES_BY_NAME[earlier.place].neighbours)
+
+
+def test_the_character_fills_much_of_the_frame_and_stays_in_it():
+    """The subject, as in AnimeGamer's clips: standing it is over half the frame's height, its body several of the
+    VAE's 8-pixel latent cells across, and no action at any speed takes its body out of the frame."""
+    for character in CHARACTERS:
+        standing = render_clip(
+            Turn(character.name, "wave to a friend", "gently", "town", "day"),
+            World(character, 1),
+            np.random.default_rng(0),
+        )
+        rows = np.nonzero(character_mask(standing[0], character, grow=0).any(axis=1))[0]
+        assert np.ptp(rows) > 0.6 * CLIP.height, character.name
+        cols = np.nonzero(figure_mask(standing[0], character).any(axis=0))[0]
+        assert np.ptp(cols) >= 2 * 8, character.name  # at least two latent cells of body
+        for place in PLACES:
+            for action, adverb in itertools.product(allowed_actions(character, place), ("slowly", "rapidly")):
+                turn = Turn(character.name, action.name, adverb, place.name, "day")
+                body = figure_mask(render_clip(turn, World(character, 2), np.random.default_rng(3)), character)
+                assert body.any(axis=(1, 2)).all(), (character.name, place.name, action.name, adverb)
+                edges = body[:, 0].any() or body[:, -1].any() or body[:, :, 0].any() or body[:, :, -1].any()
+                assert not edges, (character.name, place.name, action.name, adverb)
+
+
+def test_the_camera_pans_with_a_figure_that_travels():
+    """Quick travel shows as scenery streaming past: the sky band moves further than the figure crosses."""
+    clip = clip_of("walk", adverb="smoothly", place="street", x=8.0)
+    band = clip[:, :8].astype(np.int16)  # the rows above the walker's head: houses and sky only
+
+    def mismatch(shift: int) -> float:  # the last frame's band against the first's moved ``shift`` to the left
+        return float(np.abs(band[0][:, shift:] - band[-1][:, : CLIP.width - shift]).mean())
+
+    scenery = min(range(CLIP.width // 2), key=mismatch)
+    figure = centroid(clip[-1])[1] - centroid(clip[0])[1]
+    assert mismatch(scenery) < 0.25 * mismatch(0)
+    assert scenery > figure > 8  # pixels: both move, the scenery more (the camera follows)
+
+
+def test_the_character_mask_covers_the_figure_and_none_of_an_empty_scene():
+    clip = clip_of("walk")
+    assert (character_mask(clip, QIQI) >= figure_mask(clip, QIQI)).all()
+    assert character_mask(clip, QIQI).mean() > 2 * figure_mask(clip, QIQI).mean()  # head, legs, broom, a margin
+    assert not character_mask(
+        np.asarray(render_background(PLACES_BY_NAME["sky"], TIMES_BY_NAME["night"], 7)), QIQI
+    ).any()
