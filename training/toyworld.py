@@ -23,6 +23,7 @@ up from its feet; a ``Pose`` moves and bends it, and ``facing`` mirrors it. A po
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from PIL import Image, ImageDraw
 from game.instruction import Instruction, from_fields
 from game.state import DELTA_MAX, DELTA_MIN, StateDeltas
 from worker.pipeline.config import tiny
+from worker.pipeline.tokenizer import word_pieces
 
 RGB = tuple[int, int, int]
 
@@ -721,6 +723,19 @@ def plan_episode(rng: np.random.Generator, turns: int) -> tuple[World, list[Turn
             turn = place_turn(turn)
         plan.append(turn)
     return world, plan
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every word piece (``tokenizer.word_pieces``) of every instruction this world can give, sorted: the toy
+    model's word list (``tokenizer.WordBase``); any other text still encodes, as bytes."""
+    pieces: set[str] = set()
+    for character in CHARACTERS:
+        for place in allowed_places(character):
+            for action in allowed_actions(character, place):
+                for phrase, adverb, time in itertools.product(action.phrases, ADVERBS, TIMES_OF_DAY):
+                    turn = Turn(character.name, action.name, adverb.name, place.name, time.name, phrase=phrase)
+                    pieces.update(word_pieces(str(turn.instruction)))
+    return tuple(sorted(pieces))
 
 
 # ---------------------------------------------------------------------------------------------

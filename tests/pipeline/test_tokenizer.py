@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from worker.pipeline.config import tiny
-from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase, SentencePieceBase
+from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase, SentencePieceBase, WordBase
 
 REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "animegamer_tokenizer"
 
@@ -46,6 +46,25 @@ def test_byte_base_round_trips_any_text() -> None:
     base = ByteBase()
     text = "Character: Qiqi; Motion: gently fly \u2728 over \u6674\u308c."
     assert base.decode(base.encode(text)) == text
+
+
+def test_word_base_gives_a_known_word_one_id_after_the_bytes() -> None:
+    base = WordBase(["Character", ":", " Qiqi", " fly"])
+    assert base.vocab_size == 259 + 4
+    assert base.encode("Character: Qiqi fly") == [259, 260, 261, 262]
+
+
+def test_word_base_spells_unknown_words_in_bytes_and_round_trips_any_text() -> None:
+    base = WordBase(["Character", ":", " Qiqi", " fly"])
+    text = "Character:  Qiqi flies \u2728 over \u6674\u308c.\tfly"
+    ids = base.encode(text)
+    assert ids[:2] == [259, 260] and base.encode(" flies") == ByteBase().encode(" flies")
+    assert base.decode(ids) == text
+
+
+def test_word_base_refuses_a_repeated_word() -> None:
+    with pytest.raises(ValueError, match="distinct, non-empty words"):
+        WordBase([" fly", " fly"])
 
 
 def test_added_tokens_take_the_release_ids_after_a_32000_base(mistral_sized: AnimeGamerTokenizer) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -85,6 +86,51 @@ class ByteBase:
         # Control ids carry no text (as in SentencePiece); a broken UTF-8 sequence decodes to U+FFFD.
         data = bytes(i - self.byte_offset for i in ids if self.byte_offset <= i < self.byte_offset + self.num_bytes)
         return data.decode("utf-8", errors="replace")
+
+
+_PIECES = re.compile(r" ?\w+| ?[^\w\s]|\s")  # a word or a mark with the space before it, or a lone space
+
+
+def word_pieces(text: str) -> list[str]:
+    """``text`` cut into the pieces ``WordBase`` looks up; they join back to ``text``, whatever it is."""
+    return _PIECES.findall(text)
+
+
+class WordBase(ByteBase):
+    """The toy model's base vocabulary: ``ByteBase``'s ids, then one id per word of a closed word list.
+
+    A small model trained on a CPU spends most of its first layers spelling words out of bytes; the toy world's
+    instructions use a few dozen words, so each known word (with the space before it, as SentencePiece keeps its
+    "▁") is one id and anything else falls back to its bytes. Encoding stays lossless: ``decode(encode(t)) == t``
+    for any text. The word list travels with the model that was trained on it (the toy checkpoint's metadata).
+    """
+
+    def __init__(self, words: Sequence[str]) -> None:
+        if len(set(words)) != len(words) or not all(words):
+            raise ValueError("a word list needs distinct, non-empty words")
+        super().__init__(self.byte_offset + self.num_bytes + len(words))
+        self.words = tuple(words)
+        first = self.byte_offset + self.num_bytes
+        self._word_ids = {word: first + i for i, word in enumerate(self.words)}
+        self._id_words = {i: word for word, i in self._word_ids.items()}
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for piece in word_pieces(text):
+            word_id = self._word_ids.get(piece)
+            ids += [word_id] if word_id is not None else super().encode(piece)
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        parts: list[str] = []
+        run: list[int] = []  # consecutive byte ids decode together, so multi-byte characters survive
+        for token_id in ids:
+            if token_id in self._id_words:
+                parts += [super().decode(run), self._id_words[token_id]]
+                run = []
+            else:
+                run.append(token_id)
+        return "".join([*parts, super().decode(run)])
 
 
 class SentencePieceBase:
