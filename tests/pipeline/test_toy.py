@@ -53,6 +53,34 @@ def test_a_loaded_file_plays_a_turn(written) -> None:
     assert result.model == "toy" and result.label == LABEL and result.num_frames == 17
 
 
+def test_a_file_with_a_word_list_reads_its_words_as_one_id_each(tmp_path: Path) -> None:
+    words = ("Character", ":", " Qiqi", ";", " Motion", " gently", " walk", " Background", " day", " town", ".")
+    config = replace(tiny(), mllm=replace(tiny().mllm, base_vocab_size=259 + len(words)), weights_seed=3)
+    source = AnimeGamerPipeline.random_weights(config)
+    parts = {"mllm": source.mllm.state_dict(), "decoder": source.decoder.state_dict(), "vae": source.vae.state_dict()}
+    path = tmp_path / "words.safetensors"
+    save_toy_checkpoint(path, parts, "tiny", 0.5, {}, words=words)
+    loaded = load_toy_pipeline(path, num_steps=2)
+    pieces = ["Character", ":", " Qiqi", ";", " Motion", ":", " gently", " walk", ";", " Background", ":", " day"]
+    assert loaded.tokenizer.encode(INSTRUCTION) == [259 + words.index(piece) for piece in [*pieces, " town", "."]]
+    assert loaded(TurnRequest(job_id="w1", instruction=INSTRUCTION, seed=1)).num_frames == 17
+
+
+def test_a_file_with_a_broken_word_list_is_named(written, tmp_path: Path) -> None:
+    _path, source = written
+    parts = {"mllm": source.mllm.state_dict(), "decoder": source.decoder.state_dict(), "vae": source.vae.state_dict()}
+    broken = tmp_path / "repeated.safetensors"
+    save_toy_checkpoint(broken, parts, "tiny", 0.5, {}, words=(" fly",))
+    with safe_open(str(broken), framework="pt") as handle:
+        metadata = {**handle.metadata(), "vocabulary": '[" fly", " fly"]'}
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(broken), metadata=metadata)
+    with pytest.raises(ToyCheckpointError, match=r"repeated\.safetensors has no usable .*vocabulary"):
+        load_toy_pipeline(broken)
+
+
 def test_a_missing_file_is_named_with_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(ToyCheckpointError, match=r"nothing\.safetensors is missing: expected the toy model"):
         load_toy_pipeline(tmp_path / "nothing.safetensors")

@@ -69,8 +69,10 @@ class AnimeGamerPipeline:
         decoder_dtype: torch.dtype | None = None,
         offload_mllm: bool = False,
         offload_decoder: bool = False,
+        tokenizer: AnimeGamerTokenizer | None = None,
     ) -> AnimeGamerPipeline:
-        """The architecture at the config's sizes with seeded random weights (labelled as such).
+        """The architecture at the config's sizes with seeded random weights (labelled as such); the tokenizer is
+        bytes over the config's base vocabulary unless one is given (the toy model's reads words).
 
         Modules are built directly on the target device in their target dtype: a 7 B model built in
         float32 on the CPU first would need 29 GB of host memory and minutes of initialisation.
@@ -81,7 +83,11 @@ class AnimeGamerPipeline:
         mllm_dtype = mllm_dtype or (torch.float32 if on_cpu else torch.bfloat16)
         decoder_dtype = decoder_dtype or (torch.float32 if on_cpu else torch.bfloat16)
         torch.manual_seed(config.weights_seed)
-        tokenizer = AnimeGamerTokenizer(ByteBase(vocab_size=config.mllm.base_vocab_size))
+        tokenizer = tokenizer or AnimeGamerTokenizer(ByteBase(vocab_size=config.mllm.base_vocab_size))
+        if tokenizer.base_vocab_size != config.mllm.base_vocab_size:
+            raise ValueError(
+                f"the tokenizer has {tokenizer.base_vocab_size} base ids, the MLLM {config.mllm.base_vocab_size}"
+            )
         home = torch.device("cpu") if offload_mllm else torch_device
         with home, _default_dtype(mllm_dtype):
             mllm = AnimeGamerMLLM(

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from game.contract import TOY_LABEL
 from worker.pipeline.config import PipelineConfig, get_config, toy
+from worker.pipeline.tokenizer import AnimeGamerTokenizer, WordBase
 
 if TYPE_CHECKING:
     from worker.pipeline.pipeline import AnimeGamerPipeline
@@ -37,10 +38,17 @@ class ToyCheckpointError(ValueError):
     """The toy model's file is missing or is not what ``animegamer train all`` writes; the message names it."""
 
 
-def toy_config(preset: str, scaling_factor: float) -> PipelineConfig:
-    """The sizes a file was trained at (``toy``, or ``tiny`` in tests) with its measured latent scale."""
+def toy_config(preset: str, scaling_factor: float, words: tuple[str, ...] = ()) -> PipelineConfig:
+    """The sizes a file was trained at (``toy``, or ``tiny`` in tests) with its measured latent scale, the MLLM's
+    base vocabulary grown by the file's word list."""
     base = toy() if preset == TOY else get_config(preset)
-    return replace(base, name=TOY, label=LABEL, vae=replace(base.vae, scaling_factor=scaling_factor))
+    mllm = replace(base.mllm, base_vocab_size=WordBase(words).vocab_size)
+    return replace(base, name=TOY, label=LABEL, mllm=mllm, vae=replace(base.vae, scaling_factor=scaling_factor))
+
+
+def toy_tokenizer(words: tuple[str, ...]) -> AnimeGamerTokenizer:
+    """The tokenizer a toy file's MLLM was trained with: bytes, and one id per word of its list."""
+    return AnimeGamerTokenizer(WordBase(words))
 
 
 def save_toy_checkpoint(
@@ -49,8 +57,10 @@ def save_toy_checkpoint(
     preset: str,
     scaling_factor: float,
     trained: dict[str, object],
+    words: tuple[str, ...] = (),
 ) -> None:
-    """Write the three state dicts and the metadata into one file (``trained`` records steps and data)."""
+    """Write the three state dicts and the metadata into one file (``trained`` records steps and data, ``words``
+    the MLLM's word list)."""
     tensors = {
         f"{part}.{key}": value.detach().float().cpu().contiguous()
         for part in PARTS
@@ -63,6 +73,7 @@ def save_toy_checkpoint(
         "scaling_factor": repr(scaling_factor),
         "history_window": str(TOY_HISTORY_WINDOW),
         "trained": json.dumps(trained, sort_keys=True),
+        "vocabulary": json.dumps(list(words)),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -96,9 +107,11 @@ def read_toy_checkpoint(
             f"expected {FORMAT!r} version {VERSION!r}."
         )
     try:
-        config = toy_config(metadata["preset"], float(metadata["scaling_factor"]))
+        config = toy_config(metadata["preset"], float(metadata["scaling_factor"]), checkpoint_words(metadata))
     except (KeyError, ValueError) as exc:
-        raise ToyCheckpointError(f"{path} has no usable preset or scaling_factor in its metadata ({exc}).") from exc
+        raise ToyCheckpointError(
+            f"{path} has no usable preset, scaling_factor or vocabulary in its metadata ({exc})."
+        ) from exc
     parts: dict[str, dict[str, torch.Tensor]] = {part: {} for part in PARTS}
     for key in keys:
         part, _, name = key.partition(".")
@@ -109,6 +122,15 @@ def read_toy_checkpoint(
     return config, parts, metadata
 
 
+def checkpoint_words(metadata: dict[str, str]) -> tuple[str, ...]:
+    """The word list in a toy file's metadata: a JSON list of distinct strings; none in files written before."""
+    words = json.loads(metadata.get("vocabulary", "[]"))
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        raise ValueError("vocabulary is not a JSON list of words")
+    WordBase(words)  # distinct and non-empty, or ValueError
+    return tuple(words)
+
+
 def load_toy_pipeline(
     path: Path | None = None, device: str = "cpu", num_steps: int | None = None
 ) -> AnimeGamerPipeline:
@@ -116,10 +138,12 @@ def load_toy_pipeline(
     from worker.pipeline.pipeline import AnimeGamerPipeline  # pipeline.py imports this module for load_pipeline
 
     path = Path(path) if path is not None else SHIPPED
-    config, parts, _ = read_toy_checkpoint(path)
+    config, parts, metadata = read_toy_checkpoint(path)
     if num_steps:
         config = replace(config, sampler=replace(config.sampler, num_steps=num_steps))
-    pipeline = AnimeGamerPipeline.random_weights(config, device)  # the modules, then every weight from the file
+    tokenizer = toy_tokenizer(checkpoint_words(metadata))
+    # the modules, then every weight from the file
+    pipeline = AnimeGamerPipeline.random_weights(config, device, tokenizer=tokenizer)
     for part, module in (("mllm", pipeline.mllm), ("decoder", pipeline.decoder), ("vae", pipeline.vae)):
         expected = module.state_dict()
         missing = sorted(set(expected) - set(parts[part]))
