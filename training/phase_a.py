@@ -1,9 +1,9 @@
 """Phase (a): learn the clip representation by reconstruction.
 
-``ClipEncoder`` turns a clip and its instruction into the 226-token representation; ``AnimeGamerDecoder`` learns to
-predict the clip's VAE latents back from it, with the clip's motion scope (``flow_for(motion level)``) as an extra
-input. Both train together under one v-prediction loss on the release's noise schedule, so the decoder learns the
-same task it does at inference, where the MLLM supplies the representation instead.
+``ClipEncoder`` turns a clip's latents and its instruction into the 226-token representation; ``AnimeGamerDecoder``
+learns to predict the clip's VAE latents back from it, with the clip's motion scope (``flow_for(motion level)``) as an
+extra input. Both train together under one v-prediction loss on the release's noise schedule, so the decoder learns
+the same task it does at inference, where the MLLM supplies the representation instead.
 
 Two stages, both on the shared loop (checkpoints, resume, seeds):
 
@@ -225,7 +225,7 @@ class PhaseAModel(nn.Module):
         self.register_buffer("alphas_cumprod", alphas, persistent=False)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
-        condition = self.encoder(batch["frames"], batch["instruction"])  # (B, 226, D): the clip's own
+        condition = self.encoder(batch["latents"], batch["instruction"])  # (B, 226, D): the clip's own
         weight = 1.0 + self.figure_weight * batch["cells"]
         return v_prediction_loss(
             self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator, weight

@@ -59,12 +59,31 @@ def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
     return out, train_phase_a(data, out, CONFIG)
 
 
-def test_encoder_shapes() -> None:
+def test_encoder_reads_latents_into_226_slots() -> None:
     config = ToyModelConfig()
     encoder = ClipEncoder(config)
-    clip = torch.rand(2, 17, 3, 64, 96) * 2 - 1
+    p = config.pipeline
+    latents = torch.randn(2, p.latent_frames, p.decoder.latent_channels, p.latent_height, p.latent_width)
     ids = instruction_bytes(["Kiki flies", ""], config.max_instruction_bytes)
-    assert encoder(clip, ids).shape == (2, 226, config.pipeline.decoder.hidden_size)
+    assert encoder(latents, ids).shape == (2, 226, p.decoder.hidden_size)
+
+
+def test_each_latent_slot_reads_its_own_patch() -> None:
+    """Slot j holds the decoder's video token j: changing one 2 x 2 patch of one latent frame changes that slot only,
+    among the latent slots (the summary slots read them all)."""
+    config = ToyModelConfig()
+    encoder = ClipEncoder(config).eval()
+    p = config.pipeline
+    latents = torch.randn(1, p.latent_frames, p.decoder.latent_channels, p.latent_height, p.latent_width)
+    ids = instruction_bytes(["Kiki flies"], config.max_instruction_bytes)
+    changed = latents.clone()
+    changed[0, 2, :, 4:6, 6:8] += 1.0  # frame 2, patch row 2, patch column 3
+    _, h, w = p.latent_frames, p.latent_height // 2, p.latent_width // 2
+    text = p.decoder.num_text_tokens
+    with torch.no_grad():
+        moved = (encoder(changed, ids) - encoder(latents, ids)).abs().amax(dim=-1)[0]  # (226,)
+    latent_slots = moved[text : text + encoder.num_latent_slots]
+    assert latent_slots.nonzero().flatten().tolist() == [2 * h * w + 2 * w + 3]
 
 
 def test_data_order_depends_only_on_seed_and_step() -> None:

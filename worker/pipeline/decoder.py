@@ -41,6 +41,25 @@ BLOCK_LAYERNORM_EPS = 1e-5
 OUTPUT_LAYERNORM_EPS = 1e-6
 
 
+def position_table(
+    hidden: int, grid: tuple[int, int, int], scales: tuple[float, float], device: torch.device | None = None
+) -> torch.Tensor:
+    """The 3D sin-cos table the decoder adds to its video tokens, for a `frames x height x width` token `grid` (after
+    patching), with the (spatial, temporal) interpolation `scales`: `(F*h*w, hidden)`, frame-major
+    like the patch tokens. The toy model's clip encoder gives its latent slots the same positions, so the decoder
+    can match each slot to its place from the first layer on."""
+    frames, height, width = grid
+    table = get_3d_sincos_pos_embed(
+        hidden,
+        (width, height),  # diffusers takes (width, height)
+        frames,
+        spatial_interpolation_scale=scales[0],
+        temporal_interpolation_scale=scales[1],
+        device=device,
+    )  # (F, h*w, D)
+    return table.flatten(0, 1)
+
+
 class AnimeGamerDecoder(ModelMixin, ConfigMixin):
     """CogVideoX-2B-shaped DiT that predicts v for a video latent from 226 condition tokens and a motion scope.
 
@@ -163,18 +182,10 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
         return tokens.unsqueeze(0).expand(batch_size, -1, -1).contiguous()  # (B, 226, D)
 
     def _position_embedding(self, frames: int, height: int, width: int, device: torch.device) -> torch.Tensor:
-        """3D sin-cos table for a `frames x height x width` token grid (after patching), shape `(F*h*w, hidden)`."""
         key = (frames, height, width, device)
         if key not in self._pos_embed_cache:
-            table = get_3d_sincos_pos_embed(
-                self.hidden_size,
-                (width, height),  # diffusers takes (width, height)
-                frames,
-                spatial_interpolation_scale=self.config.spatial_interpolation_scale,
-                temporal_interpolation_scale=self.config.temporal_interpolation_scale,
-                device=device,
-            )  # (F, h*w, D), float32
-            self._pos_embed_cache[key] = table.flatten(0, 1)  # (F*h*w, D), frame-major like the patch tokens
+            scales = (self.config.spatial_interpolation_scale, self.config.temporal_interpolation_scale)
+            self._pos_embed_cache[key] = position_table(self.hidden_size, (frames, height, width), scales, device)
         return self._pos_embed_cache[key]
 
     def _check_inputs(
