@@ -8,9 +8,10 @@ compared on resume, so a checkpoint from another config is refused by name inste
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from worker.pipeline.config import PipelineConfig, tiny
+from worker.pipeline.tokenizer import AnimeGamerTokenizer, WordBase
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class TrainConfig:
     checkpoint_every: int = 50  # steps between saved states (0: only at the end)
     held_out_every: int = 10  # every N-th episode is held out (training.dataset.split)
     seed: int = 0  # model init, data order and diffusion noise all derive from it
-    figure_weight: float = 0.0  # phases (a), (c): latent cells weigh 1 + this x the share that is the character
+    figure_weight: float = 0.0  # latent cells (phases a, c) or slots (b) weigh 1 + this x the character's share
     # Phase (a)'s first stage: the VAE trained as an autoencoder on the training clips (see training.phase_a)
     vae_steps: int = 300  # VAE optimiser steps in all, counted across resumes (0: keep the random init)
     vae_learning_rate: float = 1e-3  # AdamW, constant
@@ -32,8 +33,11 @@ class TrainConfig:
     vae_kl_weight: float = 1e-4  # weight of the posterior's mean per-element KL against the pixel MSE
     vae_frames: int = 9  # frames per training crop, 1 + a multiple of 8, the VAE's frame batch (0: whole clip)
     vae_figure_weight: float = 0.0  # the character's pixels weigh 1 + this in the VAE's loss (toyworld.character_mask)
-    # Phase (b): the share of its ``steps``, at the end, whose past turns carry the model's own predictions
-    own_history: float = 0.0  # (scheduled sampling, training.phase_b); 0: true pasts throughout
+    # Phase (b): the shares of its ``steps``, at the start, whose prompts hold no past turn, and at the end, whose past
+    # turns carry the model's own predictions (scheduled sampling); the steps between have the true pasts
+    no_history: float = 0.0
+    own_history: float = 0.0
+    regression_weight: float = 1.0  # phase (b): the representation's MSE against the states' cross-entropy
 
     def learning_rate_at(self, step: int) -> float:
         """The rate of optimiser step ``step`` (1-based): a pure function of the step, so a resumed run keeps it."""
@@ -44,9 +48,14 @@ class TrainConfig:
         return self.learning_rate * (1.0 - 0.9 * min(1.0, into / decay_steps))
 
     @property
+    def no_history_steps(self) -> int:
+        """How many of the first steps ``no_history`` is."""
+        return min(round(self.steps * self.no_history), self.steps)
+
+    @property
     def own_history_steps(self) -> int:
-        """How many of the last steps ``own_history`` is; the first step always has the true past."""
-        return min(round(self.steps * self.own_history), self.steps - 1)
+        """How many of the last steps ``own_history`` is; some step before them has the true past."""
+        return max(0, min(round(self.steps * self.own_history), self.steps - 1 - self.no_history_steps))
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
@@ -59,8 +68,10 @@ class TrainConfig:
             raise ValueError(f"vae_frames must be 0 or 1 + a multiple of 8, got {self.vae_frames}")
         if not 0.0 <= self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay is a share of the steps, 0 to 1, got {self.lr_decay}")
-        if not 0.0 <= self.own_history <= 1.0:
-            raise ValueError(f"own_history is a share of the steps, 0 to 1, got {self.own_history}")
+        if not 0.0 <= self.own_history <= 1.0 or not 0.0 <= self.no_history <= 1.0:
+            raise ValueError(
+                f"own_history and no_history are shares of the steps, 0 to 1, got {self.own_history}, {self.no_history}"
+            )
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ValueError("eval_every and checkpoint_every must be >= 0 (0 turns them off)")
 
@@ -75,10 +86,27 @@ class ToyModelConfig:
     """
 
     pipeline: PipelineConfig = field(default_factory=tiny)  # decoder, VAE and clip sizes (17 x 64 x 96)
-    encoder_channels: int = 16  # width of the first 3D conv of the clip encoder
+    encoder_hidden: int = 256  # width of the clip encoder's MLP over each latent patch
     max_instruction_bytes: int = 128  # longer instructions are cut, with a warning
     vae_seed: int = 0  # the VAE's init seed, before its training
     history_window: int = 3  # phase (b)'s prompts: the current turn and up to 2 past ones (game.history)
+    words: tuple[str, ...] = ()  # the MLLM's word list (tokenizer.WordBase); empty: bytes only, as the tiny model
+
+    def __post_init__(self) -> None:
+        expected = WordBase(self.words).vocab_size
+        if self.pipeline.mllm.base_vocab_size != expected:
+            raise ValueError(
+                f"the MLLM's base vocabulary is {self.pipeline.mllm.base_vocab_size} ids, but bytes and "
+                f"{len(self.words)} words are {expected}: build the config with reading_words()"
+            )
+
+    def reading_words(self, words: tuple[str, ...]) -> ToyModelConfig:
+        """This config with the MLLM reading ``words`` (its base vocabulary grown to match)."""
+        mllm = replace(self.pipeline.mllm, base_vocab_size=WordBase(words).vocab_size)
+        return replace(self, pipeline=replace(self.pipeline, mllm=mllm), words=words)
+
+    def tokenizer(self) -> AnimeGamerTokenizer:
+        return AnimeGamerTokenizer(WordBase(self.words))
 
     def sizes(self) -> dict[str, object]:
         """Every size a checkpoint depends on, flat and JSON-normalised (tuples become lists)."""
@@ -87,7 +115,7 @@ class ToyModelConfig:
         flat |= {f"vae.{k}": v for k, v in asdict(p.vae).items()}
         flat |= {"clip.frames": p.num_frames, "clip.height": p.height, "clip.width": p.width}
         flat |= {
-            "encoder.channels": self.encoder_channels,
+            "encoder.hidden": self.encoder_hidden,
             "encoder.max_instruction_bytes": self.max_instruction_bytes,
             "vae_seed": self.vae_seed,
         }
@@ -97,6 +125,7 @@ class ToyModelConfig:
         """What phase (b)'s states depend on beyond ``sizes()``: the MLLM and its prompts' history window."""
         flat: dict[str, object] = {f"mllm.{k}": v for k, v in asdict(self.pipeline.mllm).items()}
         flat["mllm.history_window"] = self.history_window
+        flat["mllm.words"] = list(self.words)
         return json.loads(json.dumps(flat))
 
 
@@ -104,7 +133,7 @@ class ToyModelConfig:
 # the command line override its own entry only.
 RECIPE: dict[str, TrainConfig] = {
     "phase-a": TrainConfig(
-        steps=1500,
+        steps=1000,
         batch_size=16,
         eval_every=250,
         checkpoint_every=250,
@@ -115,19 +144,25 @@ RECIPE: dict[str, TrainConfig] = {
         vae_batch_size=4,
         vae_figure_weight=12.0,  # 95% kept at 1000 steps, against 81% with 5.0 (README, "Training")
     ),
-    # prompts of up to 3 turns are ~950 ids, and attention over them dominates: small batches, more steps; the
-    # last 30% on the model's own past predictions, so that feeding them back does not hurt (README, "The toy model")
+    # prompts of up to 3 turns are ~950 ids, and attention over them dominates: the first half of the steps reads
+    # the current turn alone (a third of the cost), then true pasts, then the last eighth its own past predictions
+    # (scheduled sampling). The representation's MSE weighs 10x against the states' cross-entropy and the slots
+    # of the character's latent patches 1 + 4x its share, or the model settles on the mean scene with no one in
+    # it (README, "The toy model")
     "phase-b": TrainConfig(
-        steps=1400,
-        batch_size=4,
+        steps=1600,
+        batch_size=8,
         learning_rate=1e-3,
-        eval_every=350,
-        checkpoint_every=350,
-        own_history=0.3,
+        eval_every=400,
+        checkpoint_every=200,
+        no_history=0.5,
+        own_history=0.125,
         lr_decay=0.3,
+        regression_weight=10.0,
+        figure_weight=4.0,
     ),
     "phase-c": TrainConfig(
-        steps=400,
+        steps=500,
         batch_size=16,
         learning_rate=5e-4,
         eval_every=200,

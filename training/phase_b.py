@@ -39,7 +39,7 @@ from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.encoder import ClipEncoder, instruction_bytes
 from training.loop import OnStep, TrainResult, train
-from training.phase_a import ClipSet
+from training.phase_a import ClipSet, build_initial_vae
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt, state_block
 from worker.pipeline.tokenizer import AnimeGamerTokenizer
@@ -51,7 +51,32 @@ SUFFIX = (
     10  # teacher-forced ids after <ML>: Strength, </ML>, <SC>, Strength, </SC>, <ET>, Strength, </ET>, <ST>, Strength
 )
 READ_AT = (-11, -8, -5, -2)  # where each Strength is predicted: at <ML>, <SC>, <ET>, <ST> (from the sequence's end)
+NO_HISTORY_STAGE = "no_history"  # the first steps, on prompts without past turns, in their own folder
 TEACHER_STAGE = "teacher"  # the steps on true pasts, in their own folder, before the steps on the model's own
+
+
+@dataclass(frozen=True)
+class Stage:
+    folder: str  # under phase (b)'s folder; "" for the last stage, whose state is the phase's own
+    steps: int
+    pasts: str  # what past turns carry: "none" (no past turns at all), "true" (the encoder's), "own" (its own)
+    description: str
+
+
+def stages(config: TrainConfig) -> list[Stage]:
+    """Phase (b)'s steps in order: without past turns, with true pasts, with its own (the empty ones left out).
+
+    Prompts without past turns are a third as long as those with two, so the first stage learns what the
+    instruction says (the representation and the states) at a third of the cost; the next ones learn to read the
+    past, first the true one, then (scheduled sampling) what the model itself predicted."""
+    alone, own = config.no_history_steps, config.own_history_steps
+    planned = [
+        Stage(NO_HISTORY_STAGE, alone, "none", "phase b, no history"),
+        Stage(TEACHER_STAGE, config.steps - alone - own, "true", "phase b"),
+        Stage("", own, "own", "phase b, own history"),
+    ]
+    kept = [stage for stage in planned if stage.steps]
+    return [*kept[:-1], replace(kept[-1], folder="")]
 
 
 class PhaseError(RuntimeError):
@@ -76,13 +101,13 @@ def check_sizes(meta: dict[str, Any], expected: dict[str, object], where: Path) 
 
 @torch.no_grad()
 def encode_representations(encoder: ClipEncoder, clips: ClipSet, max_bytes: int, batch: int = 16) -> torch.Tensor:
-    """The frozen encoder's representation of every clip: `(N, 226, D)`."""
+    """The frozen encoder's representation of every clip, from the latents ``clips.encode`` made: `(N, 226, D)`."""
     encoder.eval()
     out = []
     for start in range(0, len(clips), batch):
-        frames = clips.frames[start : start + batch]  # (b, T, 3, H, W)
+        latents = clips.latents[start : start + batch]  # (b, F, C, h, w)
         ids = instruction_bytes(clips.instructions[start : start + batch], max_bytes)
-        out.append(encoder(frames, ids))
+        out.append(encoder(latents, ids))
     return torch.cat(out) if out else torch.empty(0)
 
 
@@ -128,6 +153,7 @@ class PromptCollate:
     representations: torch.Tensor  # (N, 226, D), the encoder's: the targets
     num_query_tokens: int
     history_representations: torch.Tensor | None = None  # (N, 226, D) what past turns carry; None: the targets
+    slot_weights: torch.Tensor | None = None  # (N, 226): each slot's weight in the regression; None: all 1
 
     def __call__(self, samples: list[TurnSample]) -> dict[str, Any]:
         sequences, spans = [], []
@@ -162,6 +188,7 @@ class PromptCollate:
             "history_slots": history_slots,
             "history": past[history_clips],  # (M, 226, D)
             "target_representation": self.representations[[s.clip for s in samples]],  # (B, 226, D)
+            "slot_weights": None if self.slot_weights is None else self.slot_weights[[s.clip for s in samples]],
             "target_states": targets,
         }
 
@@ -215,17 +242,20 @@ def mllm_forward(
 class PhaseBModel(nn.Module):
     """The MLLM; ``forward(batch, generator)`` is representation MSE plus the Strength tokens' cross-entropy."""
 
-    def __init__(self, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer) -> None:
+    def __init__(self, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer, regression_weight: float = 1.0) -> None:
         super().__init__()
+        self.regression_weight = regression_weight
         p = config.pipeline
         self.mllm = AnimeGamerMLLM(p.mllm, tokenizer.vocab_size, p.decoder.hidden_size, p.num_query_tokens)
 
     def forward(self, batch: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
         representation, logits = mllm_forward(self.mllm, batch)
         assert logits is not None
-        regression = F.mse_loss(representation.float(), batch["target_representation"].float())
+        error = (representation.float() - batch["target_representation"].float()).pow(2)  # (B, 226, D)
+        weights = batch.get("slot_weights")
+        regression = error.mean() if weights is None else (error * weights[..., None]).mean()
         language = F.cross_entropy(logits.flatten(0, 1).float(), batch["target_states"].flatten())
-        return regression + language
+        return self.regression_weight * regression + language
 
 
 def read_phase_a(phase_a: Path, config: ToyModelConfig) -> dict[str, Any]:
@@ -237,11 +267,29 @@ def read_phase_a(phase_a: Path, config: ToyModelConfig) -> dict[str, Any]:
     return meta
 
 
-def load_encoder(phase_a: Path, config: ToyModelConfig) -> tuple[ClipEncoder, dict[str, Any]]:
+@dataclass
+class PhaseA:
+    """Phase (a)'s frozen outputs: the clip encoder, the VAE whose latents it reads, their scale, the record."""
+
+    encoder: ClipEncoder
+    vae: nn.Module
+    scaling_factor: float
+    meta: dict[str, Any]
+
+    def clips(self, episodes: tuple[Episode, ...]) -> ClipSet:
+        """The clips of ``episodes`` with their latents, as phase (a) made them."""
+        clips = ClipSet(episodes)
+        clips.encode(self.vae, self.scaling_factor)
+        return clips
+
+
+def load_phase_a(phase_a: Path, config: ToyModelConfig) -> PhaseA:
     meta = read_phase_a(phase_a, config)
     encoder = ClipEncoder(config)
     encoder.load_state_dict(torch.load(phase_a / "encoder.pt", weights_only=True))
-    return encoder.eval().requires_grad_(False), meta
+    vae = build_initial_vae(config)
+    vae.load_state_dict(torch.load(phase_a / "vae.pt", weights_only=True))
+    return PhaseA(encoder.eval().requires_grad_(False), vae, float(meta["scaling_factor"]), meta)
 
 
 @dataclass
@@ -263,12 +311,36 @@ def prompt_data(
     return PhaseData(turn_samples(episodes, config.history_window), collate)
 
 
+def slot_weights(clips: ClipSet, config: ToyModelConfig, figure_weight: float) -> torch.Tensor:
+    """Each clip's regression weight per slot `(N, 226)`: 1, and on a latent slot 1 + ``figure_weight`` x the share of
+    its patch that is the character.
+
+    Without it the MLLM learns the scenery and not the figure (measured on held-out turns: its error on the
+    figure's slots was the error of predicting the training mean, while a lookup by character, action and adverb
+    halves it): the figure covers a fifth of the latent slots, and a random layout's scenery the rest.
+    """
+    p = config.pipeline.decoder.patch_size
+    share = F.avg_pool2d(clips.cells.flatten(0, 1), p)  # (N * F, 1, h/p, w/p): the decoder's patch grid
+    latent = 1.0 + figure_weight * share.view(len(clips), -1)  # (N, 120)
+    text = torch.ones(len(clips), config.pipeline.decoder.num_text_tokens)
+    summary = torch.ones(len(clips), config.pipeline.num_query_tokens - text.shape[1] - latent.shape[1])
+    return torch.cat([text, latent, summary], dim=1)  # slot order of training.encoder.ClipEncoder
+
+
 def phase_data(
-    episodes: tuple[Episode, ...], encoder: ClipEncoder, config: ToyModelConfig, tokenizer: AnimeGamerTokenizer
+    episodes: tuple[Episode, ...],
+    phase_a: PhaseA,
+    config: ToyModelConfig,
+    tokenizer: AnimeGamerTokenizer,
+    figure_weight: float = 0.0,
 ) -> PhaseData:
     """The prompts, their targets the encoder's representations of the true clips (read here, then dropped)."""
-    representations = encode_representations(encoder, ClipSet(episodes), config.max_instruction_bytes)
-    return prompt_data(episodes, representations, config, tokenizer)
+    clips = phase_a.clips(episodes)
+    representations = encode_representations(phase_a.encoder, clips, config.max_instruction_bytes)
+    data = prompt_data(episodes, representations, config, tokenizer)
+    if figure_weight:
+        data.collate.slot_weights = slot_weights(clips, config, figure_weight)
+    return data
 
 
 @torch.no_grad()
@@ -340,6 +412,13 @@ def _stage(
     return trained, model, accelerator  # type: ignore[return-value]
 
 
+def _numbered_from(on_step: OnStep | None, first: int) -> OnStep | None:
+    """``on_step`` seeing a stage's steps numbered as the whole phase's, from ``first`` + 1."""
+    if on_step is None:
+        return None
+    return lambda step, loss: on_step(first + step, loss)
+
+
 def train_phase_b(
     data: Path,
     out: Path,
@@ -354,37 +433,46 @@ def train_phase_b(
     out = Path(out)
 
     # 1. Phase (a)'s encoder (refused when missing or of other sizes), the data and its representations
-    encoder, meta_a = load_encoder(Path(phase_a), model_config)
+    frozen = load_phase_a(Path(phase_a), model_config)
     world = load_toyworld(Path(data))
     training, held_out = split(world, config.held_out_every)
     if not training:
         raise DatasetError(f"{data} has no training episodes after holding out every {config.held_out_every}th.")
-    tokenizer = AnimeGamerTokenizer.tiny()
-    train_data = phase_data(training, encoder, model_config, tokenizer)
-    eval_data = phase_data(held_out, encoder, model_config, tokenizer)
+    tokenizer = model_config.tokenizer()
+    train_data = phase_data(training, frozen, model_config, tokenizer, config.figure_weight)
+    eval_data = phase_data(held_out, frozen, model_config, tokenizer, config.figure_weight)
     logger.info("phase b: %d training turns, %d held out", len(train_data.samples), len(eval_data.samples))
-    sizes = model_config.sizes() | model_config.mllm_sizes() | {"phase_a.step": meta_a["step"]}
+    sizes = model_config.sizes() | model_config.mllm_sizes() | {"phase_a.step": frozen.meta["step"]}
 
-    # 2. The MLLM from the seed; the steps on true pasts, then (scheduled sampling) the steps on its own
+    # 2. The MLLM from the seed, then its stages in order, each resuming on its own (see ``stages``)
     torch.manual_seed(config.seed)
-    model = PhaseBModel(model_config, tokenizer)
-    own_steps = config.own_history_steps
-    teacher = replace(config, steps=config.steps - own_steps)
-    stage_out = out / TEACHER_STAGE if own_steps else out
-    result, model, accelerator = _stage(model, train_data, eval_data, teacher, stage_out, sizes, on_step, "phase b")
-    if own_steps:  # past turns now carry the model's own predictions, from the model the first stage left
-        train_data, eval_data = with_own_history(train_data, model.mllm), with_own_history(eval_data, model.mllm)
-        own, first = replace(config, steps=own_steps, seed=config.seed + 1), teacher.steps
-        shifted = None if on_step is None else lambda step, loss: on_step(first + step, loss)
-        own_sizes = sizes | {"teacher_steps": first}
-        own_result, model, accelerator = _stage(
-            model, train_data, eval_data, own, out, own_sizes, shifted, "phase b, own history"
+    model = PhaseBModel(model_config, tokenizer, config.regression_weight)
+    alone = None
+    if config.no_history_steps:  # the same turns, their prompts without past turns
+        single = replace(model_config, history_window=1)
+        parts = (training, held_out)
+        alone = tuple(phase_data(part, frozen, single, tokenizer, config.figure_weight) for part in parts)
+    result, first = TrainResult(step=0), 0
+    for index, stage in enumerate(stages(config)):
+        if stage.pasts == "none" and alone is not None:
+            train_stage, eval_stage = alone
+        elif stage.pasts == "own":  # from the model the stages before left, turn after turn as the game feeds them
+            train_stage, eval_stage = with_own_history(train_data, model.mllm), with_own_history(eval_data, model.mllm)
+        else:
+            train_stage, eval_stage = train_data, eval_data
+        stage_config = replace(config, steps=stage.steps, seed=config.seed + index)
+        shifted = _numbered_from(on_step, first)
+        stage_sizes = sizes | ({"first_step": first} if first else {})
+        stage_out = out / stage.folder if stage.folder else out
+        done, model, accelerator = _stage(
+            model, train_stage, eval_stage, stage_config, stage_out, stage_sizes, shifted, stage.description
         )
-        result = TrainResult(  # both stages' steps, numbered as one run
-            step=first + own_result.step,
-            losses=result.losses | {first + k: v for k, v in own_result.losses.items()},
-            eval_losses=result.eval_losses | {first + k: v for k, v in own_result.eval_losses.items()},
+        result = TrainResult(  # every stage's steps, numbered as one run
+            step=first + done.step,
+            losses=result.losses | {first + k: v for k, v in done.losses.items()},
+            eval_losses=result.eval_losses | {first + k: v for k, v in done.eval_losses.items()},
         )
+        first += stage.steps
     if accelerator.is_main_process:
         torch.save(model.mllm.state_dict(), out / "mllm.pt")
         meta = {"phase": "b", "step": result.step, "sizes": sizes}

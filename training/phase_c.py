@@ -29,7 +29,6 @@ from training.phase_b import OUTPUTS as B_OUTPUTS
 from training.phase_b import PhaseBModel, check_sizes, own_predictions, prompt_data, read_phase, read_phase_a
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import release_alphas_cumprod
-from worker.pipeline.tokenizer import AnimeGamerTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ def predict_representations(
 ) -> torch.Tensor:
     """Phase (b)'s prediction for every turn of ``episodes`` as inference makes it (past turns carrying its own
     earlier predictions), in ClipSet order: `(N, 226, D)`. No targets are needed, so no encoder."""
-    prompts = prompt_data(episodes, torch.empty(0), config, AnimeGamerTokenizer.tiny())
+    prompts = prompt_data(episodes, torch.empty(0), config, config.tokenizer())
     return own_predictions(mllm_model.mllm, prompts)
 
 
@@ -111,7 +110,7 @@ def train_phase_c(
     meta_a = read_phase_a(phase_a, model_config)
     meta_b = read_phase(phase_b, "phase-b", B_OUTPUTS)
     check_sizes(meta_b, model_config.sizes() | model_config.mllm_sizes(), phase_b / "phase_b.json")
-    tokenizer = AnimeGamerTokenizer.tiny()
+    tokenizer = model_config.tokenizer()
     mllm_model = PhaseBModel(model_config, tokenizer)
     mllm_model.mllm.load_state_dict(torch.load(phase_b / "mllm.pt", weights_only=True))
     vae = build_initial_vae(model_config)

@@ -73,6 +73,7 @@ def train_all(
         "vae_steps": phase_a.vae_step,
         "recipe": {name: config.steps for name, config in recipe.items()},
     }
-    save_toy_checkpoint(result.model, parts, model_config.pipeline.name, phase_c.scaling_factor, trained)
+    preset, scale = model_config.pipeline.name, phase_c.scaling_factor
+    save_toy_checkpoint(result.model, parts, preset, scale, trained, words=model_config.words)
     logger.info("wrote %s", result.model)
     return result

@@ -46,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     single.add_argument(
         "--own-history", type=float, default=None, help="phase b: share of steps on its own past predictions"
     )
+    single.add_argument(
+        "--figure-weight", type=float, default=None, help="the character's latent cells weigh 1 + this in the loss"
+    )
     single.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
     parser.set_defaults(run=run)
 
@@ -55,9 +58,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from training.dataset import DatasetError
     from training.loop import CheckpointMismatchError
     from training.phase_b import PhaseError
+    from training.toyworld import vocabulary
     from worker.pipeline.config import get_config, toy
 
-    model_config = ToyModelConfig(pipeline=toy() if args.model == "toy" else get_config("tiny"))
+    sizes = ToyModelConfig(pipeline=toy() if args.model == "toy" else get_config("tiny"))
+    model_config = sizes.reading_words(vocabulary())
     overrides = {
         "steps": args.steps,
         "batch_size": args.batch_size,
@@ -68,6 +73,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         "vae_steps": args.vae_steps,
         "vae_learning_rate": args.vae_lr,
         "own_history": args.own_history,
+        "figure_weight": args.figure_weight,
     }
     chosen = {k: v for k, v in overrides.items() if v is not None}
     if args.phase == "all" and chosen:

@@ -163,8 +163,8 @@ def test_missing_phase_a_is_named(tiny_world: Path, tmp_path: Path) -> None:
 
 
 def test_phase_a_of_other_sizes_is_refused(tiny_world: Path, tiny_phase_a: Path, tmp_path: Path) -> None:
-    other = replace(MODEL, encoder_channels=8)
-    with pytest.raises(PhaseError, match=r"encoder\.channels: file 16, config 8"):
+    other = replace(MODEL, encoder_hidden=64)
+    with pytest.raises(PhaseError, match=r"encoder\.hidden: file 256, config 64"):
         train_phase_b(tiny_world, tmp_path / "b", tiny_phase_a, CONFIG, other)
 
 
