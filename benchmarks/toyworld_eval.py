@@ -1,6 +1,6 @@
 """How well the trained toy model plays the toy world, against random weights and against itself without history.
 
-    python benchmarks/toyworld_eval.py [--data DIR] [--episodes 40] [--checkpoint PATH] [--num-steps N]
+    python benchmarks/toyworld_eval.py [--data DIR] [--episodes 40] [--checkpoint PATH] [--num-steps N] [--guidance G]
                                        [--seed 0] [--threads N]
 
 Plays held-out episodes turn by turn as the game does (each request carries the last
@@ -213,6 +213,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=40, help="play at most this many episodes")
     parser.add_argument("--checkpoint", type=Path, help="the trained toy model (default: the shipped file)")
     parser.add_argument("--num-steps", type=int, help="denoising steps (default: the trained model's)")
+    parser.add_argument("--guidance", type=float, help="dynamic CFG scale (default: the trained model's; 0: none)")
     parser.add_argument("--seed", type=int, default=0, help="varies every turn's sampling seed")
     parser.add_argument("--threads", type=int, help="torch threads (default torch's; 1 on a shared, busy CPU)")
     args = parser.parse_args()
@@ -221,6 +222,8 @@ def main() -> None:
 
     started = time.perf_counter()
     trained, window = load_trained(args.checkpoint, args.num_steps)
+    if args.guidance is not None:
+        trained.config = replace(trained.config, sampler=replace(trained.config.sampler, guidance_scale=args.guidance))
     config = trained.config  # the random model gets the same sizes and steps
     untrained = AnimeGamerPipeline.random_weights(replace(config, weights_seed=args.seed, label="random weights"))
 
@@ -246,7 +249,8 @@ def main() -> None:
     turns = sum(len(episode.clips) for episode in episodes)
     print(
         f"toy world evaluation: {len(episodes)} episodes, {turns} turns from {source}; "
-        f'{config.sampler.num_steps} denoising steps; history window {window} ("no history": 1); '
+        f"{config.sampler.num_steps} denoising steps, guidance {config.sampler.guidance_scale}; "
+        f'history window {window} ("no history": 1); '
         f"scales fitted on {CALIBRATION_CLIPS} other rendered clips (seed {CALIBRATION_SEED}); "
         f"seed {args.seed}; torch threads {torch.get_num_threads()}\n"
     )

@@ -33,7 +33,7 @@ from training import metrics  # noqa: E402
 from training.config import ToyModelConfig  # noqa: E402
 from training.dataset import load_toyworld, write_toyworld  # noqa: E402
 from training.encoder import ClipEncoder, instruction_bytes  # noqa: E402
-from training.phase_a import frames_to_tensor  # noqa: E402
+from training.phase_a import encode_latents, frames_to_tensor  # noqa: E402
 from worker.pipeline.config import toy  # noqa: E402
 from worker.pipeline.pipeline import REPRESENTATION_KEY  # noqa: E402
 from worker.pipeline.toy import load_toy_pipeline  # noqa: E402
@@ -70,9 +70,8 @@ def main() -> None:
     for index, (episode, clips) in enumerate(zip(episodes, frames, strict=True)):
         first, second = episode.clips[0], episode.clips[1]
         with torch.no_grad():
-            true_rep = encoder(
-                frames_to_tensor(clips[:1]), instruction_bytes([first.instruction], model_config.max_instruction_bytes)
-            )[0]
+            latents = encode_latents(pipeline.vae, frames_to_tensor(clips[:1]), pipeline.config.vae.scaling_factor)
+            true_rep = encoder(latents, instruction_bytes([first.instruction], model_config.max_instruction_bytes))[0]
         own = pipeline(TurnRequest(job_id=f"h{index}a", instruction=first.instruction, seed=index))
         own_clip = metrics.decode_mp4(own.mp4)
         own_rep = load_safetensors(own.representation)[REPRESENTATION_KEY].float()
