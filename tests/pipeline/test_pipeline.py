@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from safetensors.torch import load as load_safetensors
@@ -121,3 +123,21 @@ def test_the_full_model_without_a_gpu_says_so_and_offers_tiny():
         pytest.skip("a GPU is present")
     with pytest.raises(PipelineLoadError, match="ANIMEGAMER_MODEL=tiny"):
         load_pipeline("full", device="auto")
+
+
+def test_without_guidance_one_conditional_pass_draws_the_latents_the_guided_pair_would(tiny_pipeline):
+    config = tiny_pipeline.config
+    representation = torch.randn(
+        1, config.num_query_tokens, config.decoder.hidden_size, generator=torch.Generator().manual_seed(0)
+    )
+
+    def denoised(guidance: float) -> torch.Tensor:
+        tiny_pipeline.config = replace(config, sampler=replace(config.sampler, guidance_scale=guidance, num_steps=4))
+        try:
+            return tiny_pipeline.denoise(representation, 1.0, 3, lambda *_: None)
+        finally:
+            tiny_pipeline.config = config
+
+    # a scale this small still runs the pair, with w rounding to exactly 1
+    torch.testing.assert_close(denoised(0.0), denoised(1e-30), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(denoised(0.0), denoised(6.0), atol=1e-3)
