@@ -414,6 +414,11 @@ def _stage(
     return trained, model, accelerator  # type: ignore[return-value]
 
 
+def without_history(data: PhaseData) -> PhaseData:
+    """``data``'s turns with no past turn in their prompts: the same targets and weights, nothing encoded again."""
+    return PhaseData([replace(sample, history=()) for sample in data.samples], data.collate)
+
+
 def _numbered_from(on_step: OnStep | None, first: int) -> OnStep | None:
     """``on_step`` seeing a stage's steps numbered as the whole phase's, from ``first`` + 1."""
     if on_step is None:
@@ -450,10 +455,8 @@ def train_phase_b(
     torch.manual_seed(config.seed)
     model = PhaseBModel(model_config, tokenizer, config.regression_weight)
     alone = None
-    if config.no_history_steps:  # the same turns, their prompts without past turns
-        single = replace(model_config, history_window=1)
-        parts = (training, held_out)
-        alone = tuple(phase_data(part, frozen, single, tokenizer, config.figure_weight) for part in parts)
+    if config.no_history_steps:  # the same turns and targets, their prompts without past turns
+        alone = without_history(train_data), without_history(eval_data)
     result, first = TrainResult(step=0), 0
     for index, stage in enumerate(stages(config)):
         if stage.pasts == "none" and alone is not None:

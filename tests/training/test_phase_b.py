@@ -24,8 +24,10 @@ from training.phase_b import (
     deltas_of,
     mllm_forward,
     own_predictions,
+    stages,
     train_phase_b,
     turn_samples,
+    without_history,
 )
 from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.prompt import build_prompt
@@ -114,6 +116,20 @@ def test_targets_are_the_turns_true_strengths(tiny_world: Path) -> None:
     for row, target in enumerate(batch["target_states"].tolist()):
         d = truth[row]
         assert [tokenizer.strength_value(t) for t in target] == [d.motion, d.social, d.entertainment, d.stamina]
+
+
+def test_the_stages_run_without_pasts_then_true_pasts_then_its_own() -> None:
+    planned = stages(TrainConfig(steps=10, no_history=0.5, own_history=0.2))
+    assert [(stage.pasts, stage.steps) for stage in planned] == [("none", 5), ("true", 3), ("own", 2)]
+    assert planned[-1].folder == ""  # the last stage's state is the phase's own
+
+
+def test_prompts_without_history_keep_every_turn_and_its_target(tiny_world: Path) -> None:
+    samples = turn_samples(load_toyworld(tiny_world).episodes, window=3)
+    collate = object()  # carried through untouched: the same targets, nothing encoded again
+    alone = without_history(PhaseData(samples, collate))  # type: ignore[arg-type]
+    assert [s.clip for s in alone.samples] == [s.clip for s in samples] and alone.collate is collate
+    assert any(s.history for s in samples) and not any(s.history for s in alone.samples)
 
 
 @pytest.fixture(scope="module")
