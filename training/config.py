@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from worker.pipeline.config import PipelineConfig, tiny
 from worker.pipeline.tokenizer import AnimeGamerTokenizer, WordBase
+from worker.pipeline.toy import toy_tokenizer
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,9 @@ class ToyModelConfig:
         return replace(self, pipeline=replace(self.pipeline, mllm=mllm), words=words)
 
     def tokenizer(self) -> AnimeGamerTokenizer:
-        return AnimeGamerTokenizer(WordBase(self.words))
+        """The tokenizer the shipped file will name (``worker.pipeline.toy.toy_tokenizer``), so training reads the
+        prompts as inference will."""
+        return toy_tokenizer(self.words)
 
     def sizes(self) -> dict[str, object]:
         """Every size a checkpoint depends on, flat and JSON-normalised (tuples become lists)."""
