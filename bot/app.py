@@ -25,6 +25,7 @@ from bot.errors import on_app_command_error
 from bot.metrics import BotMetrics
 from bot.queue import TurnQueue
 from bot.retention import Retention
+from bot.suggestions import Suggestions
 from bot.supervisor import Supervisor
 from bot.sync import sync_if_changed
 from bot.watchdog import LoopWatch
@@ -67,6 +68,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.delivery = Delivery(self)
         self.loop_watch = LoopWatch()
         self.retention = Retention(self)
+        self.suggestions = Suggestions(self)
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     async def setup_hook(self) -> None:

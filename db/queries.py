@@ -8,6 +8,7 @@ create rows return the ORM objects, which the caller may use inside the same ses
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -271,6 +272,24 @@ async def next_in_turn(session: AsyncSession, story: Story) -> int | None:
     if last not in order:
         return order[0]
     return order[(order.index(last) + 1) % len(order)]
+
+
+async def played_lines(
+    session: AsyncSession, guild_id: int, since: datetime, limit: int = 500
+) -> list[tuple[str, int]]:
+    """This server's instruction lines played since ``since`` and how often, most played first: what its
+    autocomplete offers first (``game.suggestions.most_played``)."""
+    times = func.count().label("times")
+    rows = await session.execute(
+        select(Turn.instruction, times)
+        .join(Character, Turn.character_id == Character.id)
+        .join(Player, Character.player_id == Player.id)
+        .where(Player.guild_id == guild_id, Turn.created_at >= since)
+        .group_by(Turn.instruction)
+        .order_by(times.desc())
+        .limit(limit)
+    )
+    return [(line, count) for line, count in rows]
 
 
 async def get_app_state(session: AsyncSession, key: str) -> str | None:

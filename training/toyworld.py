@@ -725,6 +725,21 @@ def plan_episode(rng: np.random.Generator, turns: int) -> tuple[World, list[Turn
     return world, plan
 
 
+def suggestions() -> dict[str, list[str]]:
+    """Every motion and background this world's instructions say, in the order to offer them: each adverb's
+    actions, then each time's places. ``game/data/toy_vocabulary.json`` holds it for the bot, which never imports
+    training/ (``game.suggestions``)."""
+    motions: dict[str, None] = {}
+    for adverb in ADVERBS:
+        for character in CHARACTERS:
+            for place in allowed_places(character):
+                for action in allowed_actions(character, place):
+                    for phrase in action.phrases:
+                        motions[f"{adverb.name} {phrase.format(prop=character.prop.name)}"] = None
+    backgrounds = [f"{time.name} {place.name}" for time in TIMES_OF_DAY for place in PLACES]
+    return {"motions": list(motions), "backgrounds": backgrounds}
+
+
 def vocabulary() -> tuple[str, ...]:
     """Every word piece (``tokenizer.word_pieces``) of every instruction this world can give, sorted: the toy
     model's word list (``tokenizer.WordBase``); any other text still encodes, as bytes."""

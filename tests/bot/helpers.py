@@ -6,6 +6,7 @@ a test can put a turn in flight or a finished turn on record without waiting for
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -140,6 +141,7 @@ async def seed_turn(
     *,
     character: str = "Qiqi",
     done: bool = False,
+    line: str | None = None,
 ) -> int:
     """A turn as /act leaves it (queued; its task never sent, so it stays in flight), or finished and posted.
 
@@ -151,7 +153,7 @@ async def seed_turn(
         _, job = await create_turn(
             session,
             played,
-            f"Character: {character}; Motion: wave; Background: town.",
+            line or f"Character: {character}; Motion: wave; Background: town.",
             7,
             "tiny",
             guild_id=guild_id,
@@ -216,3 +218,18 @@ __all__ = [
     "snapshot",
     "turns_and_jobs",
 ]
+
+
+class WriteLock:
+    """Another process's writer: holds SQLite's write lock on the game database until released."""
+
+    def __init__(self, path: Path) -> None:
+        self.connection = sqlite3.connect(path, isolation_level=None)
+
+    def __enter__(self) -> WriteLock:
+        self.connection.execute("BEGIN IMMEDIATE")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.connection.execute("ROLLBACK")
+        self.connection.close()

@@ -130,7 +130,17 @@ async def test_a_time_typed_past_the_suggestions_is_refused_with_the_choices(dou
 # -- autocomplete ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("command", "option"), [("act", "character"), ("act", "time"), ("start", "character")])
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        ("act", "character"),
+        ("act", "time"),
+        ("act", "motion"),
+        ("act", "background"),
+        ("story act", "motion"),
+        ("start", "character"),
+    ],
+)
 async def test_autocomplete_fed_nonsense_suggests_nothing(double, bot_settings, sqlite_worker, command, option):
     async with running_bot(double, bot_settings, sqlite_worker):
         handle = await double.autocomplete(command, option, NONSENSE, user=ALICE)

@@ -8,12 +8,11 @@ not answer; each must answer (or defer) in time, and each must end with an answe
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from tests.bot.helpers import ALL_COMMANDS, private_text, running_bot_on, shown
+from tests.bot.helpers import ALL_COMMANDS, WriteLock, private_text, running_bot_on, shown
 from tests.discord_double import DiscordDouble, member
 from worker.celery_app import make_celery
 
@@ -25,21 +24,6 @@ def redis_down(settings):
     """A queue whose broker and result store are both a Redis that does not answer (nothing listens on port 9)."""
     down = "redis://127.0.0.1:9/0"
     return make_celery(settings.model_copy(update={"broker_url": down, "result_backend": down, "broker_timeout": 1.0}))
-
-
-class WriteLock:
-    """Another process's writer: holds SQLite's write lock on the game database until released."""
-
-    def __init__(self, path: Path) -> None:
-        self.connection = sqlite3.connect(path, isolation_level=None)
-
-    def __enter__(self) -> WriteLock:
-        self.connection.execute("BEGIN IMMEDIATE")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.connection.execute("ROLLBACK")
-        self.connection.close()
 
 
 @pytest.mark.slow

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
 
 from game.instruction import ADVERBS as GRAMMAR_ADVERBS
-from game.instruction import parse
+from game.instruction import from_fields, parse
 from game.state import DELTA_MAX, DELTA_MIN
+from game.suggestions import TOY_VOCABULARY
 from training.toyworld import (
     ACTIONS,
     ADVERBS,
@@ -30,6 +32,7 @@ from training.toyworld import (
     render_background,
     render_clip,
     state_deltas,
+    suggestions,
 )
 
 QIQI = CHARACTERS_BY_NAME["Qiqi"]
@@ -204,3 +207,11 @@ def test_the_character_mask_covers_the_figure_and_none_of_an_empty_scene():
     assert not character_mask(
         np.asarray(render_background(PLACES_BY_NAME["sky"], TIMES_BY_NAME["night"], 7)), QIQI
     ).any()
+
+
+def test_the_bots_suggestions_are_the_toy_worlds_vocabulary():
+    """The bot reads the toy world's motions and backgrounds from a file (it never imports training/): the file must
+    say what the world does. After changing the world: write ``suggestions()`` to game/data/toy_vocabulary.json."""
+    shipped = json.loads(TOY_VOCABULARY.read_text())
+    assert shipped == suggestions()
+    assert all(from_fields("Qiqi", motion, place) for motion in shipped["motions"] for place in shipped["backgrounds"])

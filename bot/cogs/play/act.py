@@ -39,6 +39,14 @@ class ActCommands:
         typed = TurnInput(instruction=instruction, motion=motion, background=background, character=character, time=time)
         await submit_turn(self.bot, interaction, typed)
 
+    @act.autocomplete("motion")
+    async def act_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.bot.suggestions.motions(interaction.guild_id, current)
+
+    @act.autocomplete("background")
+    async def act_background(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
+
     @act.autocomplete("character")
     async def act_character(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
         return await character_choices(self.bot, current)

@@ -117,6 +117,14 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         typed = TurnInput(instruction=instruction, motion=motion, background=background, time=time)
         await submit_turn(self.bot, interaction, typed, story=story, kind=JobKind.STORY)
 
+    @act.autocomplete("motion")
+    async def act_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.bot.suggestions.motions(interaction.guild_id, current)
+
+    @act.autocomplete("background")
+    async def act_background(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
+
     @property
     def _recaps(self) -> Path:
         return folder_in(self.bot.settings.data_dir)
