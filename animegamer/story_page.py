@@ -2,11 +2,12 @@
 
 Modelled on the release's Gradio table (round, instruction, clip, stamina/entertainment/social
 bars coloured red under 30, yellow 30..60, green over 60), as one self-contained HTML file that
-sits beside the clips it plays.
+sits beside the clips it plays, or (a shared story's ``/story page``) carries them inside it.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from html import escape
 
@@ -20,10 +21,16 @@ _COLOURS = {"red": "#e5484d", "yellow": "#f5d90a", "green": "#46a758"}
 class StoryRow:
     turn: int
     instruction: str
-    clip: str  # file name relative to the page
+    clip: str  # file name relative to the page, or the clip itself as a data: URL (``embedded``); "" for none
     deltas: StateDeltas
     state: CharacterState
     seconds: float
+    player: str = ""  # who played it, in a shared story
+
+
+def embedded(mp4: bytes) -> str:
+    """The clip as a ``data:`` URL, so the page plays it with nothing beside it: a page one can attach."""
+    return "data:video/mp4;base64," + base64.b64encode(mp4).decode()
 
 
 def render_story(rows: list[StoryRow], *, title: str, model: str, label: str, status: str) -> str:
@@ -68,10 +75,16 @@ def _row(row: StoryRow) -> str:
             ("social", row.state.social),
         )
     )
+    who = f"<div class='muted'>{escape(row.player)}</div>" if row.player else ""
+    clip = (
+        f'<video src="{escape(row.clip)}" autoplay loop muted playsinline controls></video>'
+        if row.clip
+        else "<span class='muted'>(clip not included)</span>"
+    )
     return (
-        f"<tr><td>{row.turn}</td><td>{escape(row.instruction)}<div class='muted'>{row.seconds:.1f} s</div></td>"
-        f'<td><video src="{escape(row.clip)}" autoplay loop muted playsinline controls></video></td>'
-        f"<td>{changes}</td><td>{bars}</td></tr>"
+        f"<tr><td>{row.turn}</td><td>{escape(row.instruction)}{who}"
+        f"<div class='muted'>{row.seconds:.1f} s</div></td>"
+        f"<td>{clip}</td><td>{changes}</td><td>{bars}</td></tr>"
     )
 
 

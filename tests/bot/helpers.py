@@ -45,6 +45,7 @@ ALL_COMMANDS: list[tuple[str, Callable[[DiscordDouble], dict]]] = [
     ("story join", lambda d: {}),
     ("story act", lambda d: {"motion": "quickly run", "background": "night town"}),
     ("story recap", lambda d: {}),
+    ("story page", lambda d: {}),
     ("story leave", lambda d: {}),
     ("story end", lambda d: {}),
     ("admin ban", lambda d: {"user": _someone(d), "reason": "spam"}),

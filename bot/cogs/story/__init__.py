@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from discord.ext import commands
 from sqlalchemy.exc import IntegrityError
 
 from bot.clips import ClipTooLarge
+from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.recaps import folder_in, forget, recap_file
 from bot.turns import TurnInput, check_may_play, submit_turn
@@ -153,7 +155,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
                 raise Refusal("Nothing has happened in this story yet.")
             await interaction.response.defer(thinking=True)
             self._recapped[story.id] = time.time()
-            files, note = await self._recap_clip(story.id, turns, interaction.filesize_limit)
+            files, note = await self._recap_clip(story.id, turns, self._upload_limit(interaction))
         finally:
             self._recapping.discard(story.id)
         summary = "\n".join(
@@ -164,14 +166,11 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
 
     async def _recap_clip(
-        self, story_id: int, turns: list[tuple[Turn, str]], server_limit: int
+        self, story_id: int, turns: list[tuple[Turn, str]], limit: int
     ) -> tuple[list[discord.File], str]:
         """The recap clip to attach (none when it cannot be) and a note saying why there is none."""
         clips = [(turn.id, Path(turn.clip_path)) for turn, _ in turns if turn.clip_path]
         clips = [(turn_id, path) for turn_id, path in clips if path.is_file()]
-        limit = server_limit - 64 * 1024  # room for the message itself
-        if self.bot.settings.upload_limit_bytes:
-            limit = min(limit, self.bot.settings.upload_limit_bytes)
         if not clips:
             return [], "\n(No clips are left to join.)"
         try:
@@ -185,6 +184,28 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             return [], "\n(The recap clip could not be made.)"
         log.info("story %s recap: %s", story_id, "made" if made else "reused")
         return [discord.File(path, f"story_{story_id}.mp4")], ""
+
+    @app_commands.command(name="page", description="The story so far as one web page, clips and all")
+    async def page(self, interaction: discord.Interaction) -> None:
+        story = await self._story(interaction)
+        await defer_publicly(interaction)
+        async with self.bot.sessions() as session:
+            turns = await story_turns(session, story.id)
+        if not turns:
+            raise Refusal("Nothing has happened in this story yet.")
+        # Reading and base64-encoding every clip blocks: off the event loop, so every other command still runs.
+        page, left_out = await asyncio.to_thread(story_page, story.title, turns, self._upload_limit(interaction))
+        note = f" The {left_out} oldest clips did not fit in one file." if left_out else ""
+        title = discord.utils.escape_markdown(story.title)
+        text = f"📖 **{title}**, {len(turns)} turns: open the page in a browser.{note}"
+        await fill(interaction, text, files=[discord.File(io.BytesIO(page), f"story_{story.id}.html")])
+
+    def _upload_limit(self, interaction: discord.Interaction) -> int:
+        """What one file may weigh here: the server's limit, less room for the message, or the setting if lower."""
+        limit = interaction.filesize_limit - 64 * 1024
+        if self.bot.settings.upload_limit_bytes:
+            limit = min(limit, self.bot.settings.upload_limit_bytes)
+        return limit
 
     @app_commands.command(name="end", description="Archive this channel's story")
     async def end(self, interaction: discord.Interaction) -> None:
