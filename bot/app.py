@@ -34,7 +34,7 @@ from db.migrate import upgrade_async
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin")
+EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin", "bot.cogs.community")
 
 
 def point_at(api_base: str, gateway_url: str) -> None:

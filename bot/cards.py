@@ -41,7 +41,7 @@ FOOTER_LIMIT = 200
 
 
 @cache
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     # Pillow's bundled default font: no font file to ship or find on the host.
     return ImageFont.load_default(size=size)
 
@@ -55,24 +55,24 @@ def render_gauges(state: CharacterState, deltas: StateDeltas | None = None) -> b
     """PNG bytes of the three stat bars; the same input gives the same bytes, so retries re-upload nothing new."""
     image = Image.new("RGB", GAUGE_SIZE, BACKGROUND)
     draw = ImageDraw.Draw(image)
-    font = _font(16)
+    text_font = font(16)
     for row, stat in enumerate(STATS):
         value: int = getattr(state, stat)
         middle = row * ROW_HEIGHT + ROW_HEIGHT // 2
         top, bottom = middle - BAR_HEIGHT // 2, middle + BAR_HEIGHT // 2 - 1
-        draw.text((12, middle), stat, fill=TEXT, font=font, anchor="lm")
+        draw.text((12, middle), stat, fill=TEXT, font=text_font, anchor="lm")
         draw.rectangle((BAR_LEFT, top, BAR_LEFT + BAR_WIDTH - 1, bottom), fill=TRACK)
         filled = round(BAR_WIDTH * value / STAT_MAX)
         if filled > 0:
             draw.rectangle((BAR_LEFT, top, BAR_LEFT + filled - 1, bottom), fill=COLOURS[stat_colour(value)])
         label = str(value) if deltas is None else f"{value} ({_change(getattr(deltas, stat))})"
-        draw.text((BAR_LEFT + BAR_WIDTH + 12, middle), label, fill=TEXT, font=font, anchor="lm")
+        draw.text((BAR_LEFT + BAR_WIDTH + 12, middle), label, fill=TEXT, font=text_font, anchor="lm")
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", optimize=False)
     return buffer.getvalue()
 
 
-def _plain(text: str, limit: int) -> str:
+def plain(text: str, limit: int) -> str:
     """Player text rendered as typed: no markdown, and no mention that pings or renders as one.
 
     escape_mentions only breaks @everyone, @here and 17-20 digit ids, so every remaining `@` gets the same zero-width
@@ -97,8 +97,8 @@ def state_embed(
     lowest = min(getattr(state, stat) for stat in STATS)
     red, green, blue = COLOURS[stat_colour(lowest)]
     embed = discord.Embed(
-        title=_plain(character_name, NAME_LIMIT),
-        description=_plain(instruction, INSTRUCTION_LIMIT) if instruction else None,
+        title=plain(character_name, NAME_LIMIT),
+        description=plain(instruction, INSTRUCTION_LIMIT) if instruction else None,
         colour=discord.Colour.from_rgb(red, green, blue),
     )
     for stat in STATS:

@@ -47,6 +47,8 @@ ALL_COMMANDS: list[tuple[str, Callable[[DiscordDouble], dict]]] = [
     ("story recap", lambda d: {}),
     ("story page", lambda d: {}),
     ("story leave", lambda d: {}),
+    ("profile", lambda d: {}),
+    ("board", lambda d: {}),
     ("story end", lambda d: {}),
     ("admin ban", lambda d: {"user": _someone(d), "reason": "spam"}),
     ("admin unban", lambda d: {"user": _someone(d)}),
