@@ -20,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from animegamer.settings import Settings
 from bot.buttons import TurnButton
+from bot.cogs.story.votes import VoteButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.metrics import BotMetrics
 from bot.queue import TurnQueue
 from bot.retention import Retention
+from bot.rounds import Rounds
 from bot.suggestions import Suggestions
 from bot.supervisor import Supervisor
 from bot.sync import sync_if_changed
@@ -69,6 +71,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.loop_watch = LoopWatch()
         self.retention = Retention(self)
         self.suggestions = Suggestions(self)
+        self.rounds = Rounds(self)
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     async def setup_hook(self) -> None:
@@ -83,11 +86,12 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)
-        self.add_dynamic_items(TurnButton)
+        self.add_dynamic_items(TurnButton, VoteButton)
         await sync_if_changed(self)
         await self.supervisor.refresh_served()  # before the first command: which characters workers play
         self.supervisor.start()
         self.retention.start()
+        self.rounds.start()
 
     def dispatch(self, event_name: str, /, *args: Any, **kwargs: Any) -> None:
         # Called as the gateway hands an interaction over, before any handler of it can run.
@@ -104,6 +108,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
 
     async def close(self) -> None:
         await self.retention.stop()
+        await self.rounds.stop()
         await self.supervisor.stop()
         await self.delivery.stop()
         await self.loop_watch.stop()

@@ -64,6 +64,12 @@ class StoryStatus(enum.StrEnum):
 class TurnOrder(enum.StrEnum):
     FREE = "free"
     ROUND_ROBIN = "round_robin"
+    VOTE = "vote"  # the channel proposes and votes; each round's winner is played (StoryRound)
+
+
+class RoundStatus(enum.StrEnum):
+    OPEN = "open"  # taking proposals and votes until closes_at
+    CLOSED = "closed"  # its winner's turn is made (turn_id), or it had none to play
 
 
 class JobKind(enum.StrEnum):
@@ -257,6 +263,7 @@ class Story(Base):
     created_by: Mapped[Snowflake]
     created_at: Mapped[CreatedAt]
     ended_at: Mapped[Timestamp | None]
+    round_seconds: Mapped[int | None]  # vote order: how long a round stays open after its first proposal
 
     guild: Mapped[Guild] = relationship(back_populates="stories", lazy="raise_on_sql")
     members: Mapped[list[StoryMember]] = relationship(
@@ -284,6 +291,62 @@ class StoryMember(Base):
 
     story: Mapped[Story] = relationship(back_populates="members", lazy="raise_on_sql")
     character: Mapped[Character] = relationship(lazy="raise_on_sql")
+
+
+class StoryRound(Base):
+    """One vote of a vote-order story: opened by its first proposal, closed at ``closes_at`` (or early by the
+    story's creator), when its winner becomes the story's next turn, once."""
+
+    __tablename__ = "story_rounds"
+    __table_args__ = (
+        UniqueConstraint("story_id", "number"),
+        # One open round per story: two players proposing at once add to the same one.
+        Index(
+            "uq_story_rounds_one_open_per_story",
+            "story_id",
+            unique=True,
+            sqlite_where=text("status = 'open'"),
+            postgresql_where=text("status = 'open'"),
+        ),
+        Index("ix_story_rounds_status_closes_at", "status", "closes_at"),  # the rounds due to close
+    )
+
+    id: Mapped[IntPK]
+    story_id: Mapped[int] = mapped_column(ForeignKey("stories.id", ondelete="CASCADE"))
+    number: Mapped[int]  # 1, 2, ... within the story
+    status: Mapped[RoundStatus] = mapped_column(
+        _str_enum(RoundStatus, "status"), default=RoundStatus.OPEN, server_default=RoundStatus.OPEN.value
+    )
+    closes_at: Mapped[Timestamp]
+    message_id: Mapped[Snowflake | None]  # the message listing the proposals, with a button for each
+    winner_id: Mapped[int | None]  # the proposal played (not a foreign key: proposals point at their round)
+    turn_id: Mapped[int | None] = mapped_column(ForeignKey("turns.id", ondelete="SET NULL"))
+    announced: Mapped[bool] = mapped_column(default=False, server_default=false())  # its result was shown
+    created_at: Mapped[CreatedAt]
+
+
+class StoryProposal(Base):
+    """A member's proposed next turn in a round: one per member per round."""
+
+    __tablename__ = "story_proposals"
+    __table_args__ = (UniqueConstraint("round_id", "user_id"),)
+
+    id: Mapped[IntPK]
+    round_id: Mapped[int] = mapped_column(ForeignKey("story_rounds.id", ondelete="CASCADE"))
+    user_id: Mapped[Snowflake]
+    character_id: Mapped[int] = mapped_column(ForeignKey("characters.id", ondelete="CASCADE"), index=True)
+    instruction: Mapped[str] = mapped_column(String(MAX_LINE_CHARS))
+    created_at: Mapped[CreatedAt]
+
+
+class StoryVote(Base):
+    """A member's vote in a round, changeable until it closes: one row per member per round."""
+
+    __tablename__ = "story_votes"
+
+    round_id: Mapped[int] = mapped_column(ForeignKey("story_rounds.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[Snowflake] = mapped_column(primary_key=True)
+    proposal_id: Mapped[int] = mapped_column(ForeignKey("story_proposals.id", ondelete="CASCADE"), index=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ from db.models import (
     Job,
     JobStatus,
     Player,
+    Story,
+    StoryRound,
+    StoryVote,
     Turn,
 )
 from db.queries import get_guild_settings, get_or_create_guild, insert_ignore
@@ -203,6 +206,9 @@ async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> li
 
     Turns of shared stories go too: they are the player's content.
     """
+    # Their votes in this server's rounds (their proposals go with their characters, and the votes for them).
+    rounds = select(StoryRound.id).join(Story, Story.id == StoryRound.story_id).where(Story.guild_id == guild_id)
+    await session.execute(delete(StoryVote).where(StoryVote.user_id == user_id, StoryVote.round_id.in_(rounds)))
     player = (
         await session.execute(select(Player).where(Player.guild_id == guild_id, Player.user_id == user_id))
     ).scalar_one_or_none()

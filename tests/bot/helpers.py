@@ -46,6 +46,8 @@ ALL_COMMANDS: list[tuple[str, Callable[[DiscordDouble], dict]]] = [
     ("story act", lambda d: {"motion": "quickly run", "background": "night town"}),
     ("story recap", lambda d: {}),
     ("story page", lambda d: {}),
+    ("story propose", lambda d: {"motion": "gently wave", "background": "day town"}),
+    ("story close", lambda d: {}),
     ("story leave", lambda d: {}),
     ("profile", lambda d: {}),
     ("board", lambda d: {}),

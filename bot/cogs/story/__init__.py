@@ -19,8 +19,9 @@ from bot.clips import ClipTooLarge
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.recaps import folder_in, forget, recap_file
-from bot.turns import TurnInput, check_may_play, submit_turn
-from db.models import JobKind, Story, Turn, TurnOrder
+from bot.turns import TurnInput, check_instruction, check_may_play, check_served, read_instruction, submit_turn
+from db.base import utcnow
+from db.models import JobKind, Story, StoryProposal, Turn, TurnOrder
 from db.queries import (
     active_character,
     active_story,
@@ -30,8 +31,10 @@ from db.queries import (
     leave_story,
     story_turns,
 )
+from db.rounds import close_now, proposals_in, round_for_proposal
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
 from game.text import clean_text
+from game.votes import DEFAULT_ROUND_MINUTES, MAX_PROPOSALS, MAX_ROUND_MINUTES, MIN_ROUND_MINUTES
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -54,27 +57,37 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         return story
 
     @app_commands.command(name="start", description="Make this channel a shared story")
-    @app_commands.describe(title="the story's title", order="free for all, or players in turn")
+    @app_commands.describe(
+        title="the story's title",
+        order="free for all, players in turn, or the channel proposes and votes",
+        round_minutes="vote order: how long each round stays open after its first proposal",
+    )
     async def start(
         self,
         interaction: discord.Interaction,
         title: app_commands.Range[str, 1, 100],
-        order: Literal["free", "round_robin"] = "free",
+        order: Literal["free", "round_robin", "vote"] = "free",
+        round_minutes: app_commands.Range[int, MIN_ROUND_MINUTES, MAX_ROUND_MINUTES] = DEFAULT_ROUND_MINUTES,
     ) -> None:
         title = clean_text(title, label="The title", max_chars=100)
         await defer_publicly(interaction)
         try:
             async with self.bot.sessions() as session, session.begin():
                 await check_may_play(session, interaction.guild_id, interaction.channel_id, interaction.user.id)
-                await create_story(
+                story = await create_story(
                     session, interaction.guild_id, interaction.channel_id, title, interaction.user.id, TurnOrder(order)
                 )
+                if story.turn_order == TurnOrder.VOTE:
+                    story.round_seconds = 60 * round_minutes
         except IntegrityError as exc:
             raise Refusal("This channel already has a story; /story end it first.") from exc
+        how = (
+            f"Propose the next turn with /story propose; the channel votes, {round_minutes} min a round."
+            if order == "vote"
+            else "Join with /story join, play with /story act."
+        )
         await fill(
-            interaction,
-            f"📖 **{discord.utils.escape_markdown(title)}** begins here ({order.replace('_', ' ')}). "
-            "Join with /story join, play with /story act.",
+            interaction, f"📖 **{discord.utils.escape_markdown(title)}** begins here ({order.replace('_', ' ')}). {how}"
         )
 
     @app_commands.command(name="join", description="Bring your character into this channel's story")
@@ -116,8 +129,67 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         instruction: app_commands.Range[str, 1, MAX_LINE_CHARS] | None = None,
     ) -> None:
         story = await self._story(interaction)
+        if story.turn_order == TurnOrder.VOTE:
+            raise Refusal("This story is steered by vote: propose the next turn with /story propose.")
         typed = TurnInput(instruction=instruction, motion=motion, background=background, time=time)
         await submit_turn(self.bot, interaction, typed, story=story, kind=JobKind.STORY)
+
+    @app_commands.command(name="propose", description="Propose the story's next turn; the channel votes")
+    @app_commands.describe(
+        motion="what your character does",
+        background="where",
+        time="time of day (optional)",
+        instruction="or one whole line: Character: X; Motion: Y; Background: Z.",
+    )
+    async def propose(
+        self,
+        interaction: discord.Interaction,
+        motion: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
+        background: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
+        time: str | None = None,
+        instruction: app_commands.Range[str, 1, MAX_LINE_CHARS] | None = None,
+    ) -> None:
+        story = await self._story(interaction)
+        if story.turn_order != TurnOrder.VOTE:
+            raise Refusal("This story is not steered by vote; play with /story act.")
+        typed = TurnInput(instruction=instruction, motion=motion, background=background, time=time)
+        await defer_privately(interaction)
+        guild_id, user_id = interaction.guild_id, interaction.user.id
+        async with self.bot.sessions() as session:  # the checks /act makes, before anyone sees it
+            await check_may_play(session, guild_id, interaction.channel_id, user_id)
+            character = await active_character(session, guild_id, user_id)
+            if character is None:
+                raise Refusal("Pick your character first with /start.")
+            line = read_instruction(typed, character.name)
+            check_served(self.bot, line.character)
+            await check_instruction(session, guild_id, line, character)
+        try:
+            async with self.bot.submitting, self.bot.sessions() as session, session.begin():
+                found, _ = await round_for_proposal(session, story, utcnow())
+                if await proposals_in(session, found.id) >= MAX_PROPOSALS:
+                    raise Refusal(f"This round has {MAX_PROPOSALS} proposals already; vote for one of them.")
+                session.add(
+                    StoryProposal(round_id=found.id, user_id=user_id, character_id=character.id, instruction=str(line))
+                )
+                await session.flush()
+                round_id, number = found.id, found.number
+        except IntegrityError as exc:
+            raise Refusal("You already proposed in this round; vote, or propose in the next one.") from exc
+        self.bot.rounds.show(round_id)
+        await fill(interaction, f"Proposed for round {number}: `{line}`. The channel votes on it here.", ephemeral=True)
+
+    @app_commands.command(name="close", description="Close this story's vote round now and play its winner")
+    async def close(self, interaction: discord.Interaction) -> None:
+        story = await self._story(interaction)
+        if story.created_by != interaction.user.id and not interaction.permissions.manage_guild:
+            raise Refusal("Only the story's creator or a server manager can close a round early.")
+        await defer_privately(interaction)
+        async with self.bot.sessions() as session, session.begin():
+            found = await close_now(session, story.id, utcnow())
+        if found is None:
+            raise Refusal("This story has no open round.")
+        await self.bot.rounds.close(found.id)
+        await fill(interaction, f"Round {found.number} is closed; its winner is being played.", ephemeral=True)
 
     @act.autocomplete("motion")
     async def act_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
@@ -125,6 +197,16 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
 
     @act.autocomplete("background")
     async def act_background(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
+
+    @propose.autocomplete("motion")
+    async def propose_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        return await self.bot.suggestions.motions(interaction.guild_id, current)
+
+    @propose.autocomplete("background")
+    async def propose_background(
+        self, interaction: discord.Interaction, current: str
+    ) -> list[app_commands.Choice[str]]:
         return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
 
     @property
