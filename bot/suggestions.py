@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import discord
 from discord import app_commands
 
 from db.base import utcnow
@@ -67,6 +68,16 @@ class Suggestions:
             log.warning("guild %s: most played lines not read", guild_id, exc_info=True)
         finally:
             self._reading.pop(guild_id, None)
+
+
+async def motion_choices(interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+    """The autocomplete of every command's ``motion`` option."""
+    return await interaction.client.suggestions.motions(interaction.guild_id, current)
+
+
+async def background_choices(interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+    """The autocomplete of every command's ``background`` option."""
+    return await interaction.client.suggestions.backgrounds(interaction.guild_id, current)
 
 
 def _choices(texts: list[str]) -> list[app_commands.Choice[str]]:

@@ -8,6 +8,7 @@ import discord
 from discord import app_commands
 
 from bot.cogs.play.character import character_choices
+from bot.suggestions import background_choices, motion_choices
 from bot.turns import TurnInput, submit_turn
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS, TIMES
 
@@ -39,13 +40,8 @@ class ActCommands:
         typed = TurnInput(instruction=instruction, motion=motion, background=background, character=character, time=time)
         await submit_turn(self.bot, interaction, typed)
 
-    @act.autocomplete("motion")
-    async def act_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return await self.bot.suggestions.motions(interaction.guild_id, current)
-
-    @act.autocomplete("background")
-    async def act_background(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
+    act.autocomplete("motion")(motion_choices)
+    act.autocomplete("background")(background_choices)
 
     @act.autocomplete("character")
     async def act_character(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:

@@ -19,6 +19,7 @@ from bot.clips import ClipTooLarge
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.recaps import folder_in, forget, recap_file
+from bot.suggestions import background_choices, motion_choices
 from bot.turns import TurnInput, check_instruction, check_may_play, check_served, read_instruction, submit_turn
 from db.base import utcnow
 from db.models import JobKind, Story, StoryProposal, Turn, TurnOrder
@@ -191,23 +192,10 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await self.bot.rounds.close(found.id)
         await fill(interaction, f"Round {found.number} is closed; its winner is being played.", ephemeral=True)
 
-    @act.autocomplete("motion")
-    async def act_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return await self.bot.suggestions.motions(interaction.guild_id, current)
-
-    @act.autocomplete("background")
-    async def act_background(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
-
-    @propose.autocomplete("motion")
-    async def propose_motion(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        return await self.bot.suggestions.motions(interaction.guild_id, current)
-
-    @propose.autocomplete("background")
-    async def propose_background(
-        self, interaction: discord.Interaction, current: str
-    ) -> list[app_commands.Choice[str]]:
-        return await self.bot.suggestions.backgrounds(interaction.guild_id, current)
+    act.autocomplete("motion")(motion_choices)
+    act.autocomplete("background")(background_choices)
+    propose.autocomplete("motion")(motion_choices)
+    propose.autocomplete("background")(background_choices)
 
     @property
     def _recaps(self) -> Path:
