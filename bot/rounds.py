@@ -25,7 +25,7 @@ from bot.turns import SEED_LIMIT, model_key
 from db.base import utcnow
 from db.jobs import create_turn, set_job_messages
 from db.models import Job, JobKind, RoundStatus, StoryRound
-from db.rounds import close_round, due_rounds, standing, voters_for
+from db.rounds import close_round, due_rounds, standing, unposted_rounds, voters_for
 from game.instruction import parse
 
 if TYPE_CHECKING:
@@ -58,7 +58,9 @@ class Rounds(Background):
             await asyncio.sleep(TICK_SECONDS)
 
     async def run_once(self) -> None:
-        changed, self._changed = self._changed, set()
+        async with self.bot.sessions() as session:
+            unposted = await unposted_rounds(session)
+        changed, self._changed = self._changed | set(unposted), set()
         for round_id in sorted(changed):
             await self._refresh(round_id)
         async with self.bot.sessions() as session:

@@ -122,6 +122,12 @@ async def due_rounds(session: AsyncSession, now: datetime) -> list[int]:
     return sorted({*closing, *shown})
 
 
+async def unposted_rounds(session: AsyncSession) -> list[int]:
+    """Open rounds whose message was never posted (the post failed, or the bot stopped before it)."""
+    unposted = StoryRound.status == RoundStatus.OPEN, StoryRound.message_id.is_(None)
+    return list((await session.execute(select(StoryRound.id).where(*unposted))).scalars())
+
+
 async def close_round(session: AsyncSession, round_id: int) -> Standing | None:
     """Close an open round and choose its winner (``round.winner_id``; none when nothing can be played: no
     proposals left, or the story ended). None when the round was not open: another closer was first."""

@@ -158,3 +158,13 @@ async def test_purging_a_member_deletes_their_votes_and_proposals(double, bot_se
         await (await double.slash("admin purge", {"user": BOB}, user=moderator)).answer()
     assert await read_db(bot_settings, select(StoryProposal.instruction)) == [(line(ALICE),)]
     assert await read_db(bot_settings, select(StoryVote.user_id)) == []  # Bob's own, and the one for his proposal
+
+
+async def test_a_round_message_discord_refuses_at_first_is_posted_on_a_later_tick(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings, sqlite_worker):
+        await start_vote_story(double)
+        refused = double.fail("POST", CLIP_POSTS, status=403, code=50013, times=2)  # the channel refuses twice
+        assert "Proposed for round 1" in await propose(double, ALICE)
+        message = await round_message(double, proposals=1)
+    assert refused.hits == 2  # both refusals were met, and the round was shown after them
+    assert line(ALICE) in message.content
