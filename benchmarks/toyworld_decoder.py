@@ -8,7 +8,10 @@ figure from it, no training of the MLLM will put the figure into the game's clip
 evaluation's set, a seed training never used) this encodes the true clip (its VAE latents, then the encoder), samples
 latents from that representation with the game's sampler (DPM-Solver++ SDE, 50 steps, no guidance by default: phase
 (a) never trains the unconditional tokens), decodes them with the run's VAE, and prints in how many the character is
-found (``metrics.is_figure``) beside the VAE's own reconstruction of the same clips, and the per-pixel errors.
+found (``metrics.is_figure``) beside the VAE's own reconstruction of the same clips, and the per-pixel errors; then
+the motion measures of ``toyworld_eval.py`` (moves the right way, quick / gentle flow) for the decoded clips, the
+VAE's reconstructions and the rendered truth: where the game's clips lose motion that these keep, the MLLM's
+prediction lost it, not the decoder.
 
 The decoder's sizes come from the run's ``phase_a/phase_a.json``; ``--shift`` must be the noise schedule's SNR
 shift the run trained with.
@@ -36,12 +39,15 @@ from training.config import ToyModelConfig  # noqa: E402
 from training.dataset import load_toyworld, write_toyworld  # noqa: E402
 from training.encoder import ClipEncoder, instruction_bytes  # noqa: E402
 from training.phase_a import encode_latents, frames_to_tensor  # noqa: E402
+from training.toyworld import CLIP  # noqa: E402
 from worker.pipeline.config import DecoderConfig, PipelineConfig, toy  # noqa: E402
 from worker.pipeline.decoder import AnimeGamerDecoder  # noqa: E402
 from worker.pipeline.sampler import DPMSolverSDESampler  # noqa: E402
 from worker.pipeline.vae import build_vae  # noqa: E402
+from worker.pipeline.video import encode_mp4  # noqa: E402
 
 FRESH_CLIPS, FRESH_SEED = 300, 12345  # the same unseen set as toyworld_eval.py
+MOTION_ROWS = ("decoded from the true clip", "the VAE's reconstruction", "rendered truth")
 
 
 def run_config(phase_a: Path, shift: float, guidance: float) -> tuple[PipelineConfig, float]:
@@ -108,6 +114,7 @@ def main() -> None:
 
     drawn = kept = 0
     errors, vae_errors = [], []
+    motion: dict[str, tuple[list[bool | None], list[float]]] = {name: ([], []) for name in MOTION_ROWS}
     shape = (1, pipeline.latent_frames, pipeline.decoder.latent_channels, pipeline.latent_height, pipeline.latent_width)
     with torch.no_grad():
         for index, (episode, clip, frames) in enumerate(unseen):
@@ -128,6 +135,11 @@ def main() -> None:
             kept += metrics.is_figure(metrics.figure_track(rebuilt, body))
             errors.append(metrics.pixel_error(clip_out, frames))
             vae_errors.append(metrics.pixel_error(rebuilt, frames))
+            for name, seen in zip(MOTION_ROWS, (clip_out, rebuilt, frames), strict=True):
+                moved, flows = motion[name]
+                seen = metrics.decode_mp4(encode_mp4(seen, CLIP.fps))  # as the game's clips come
+                moved.append(metrics.moves_right_way(clip.action, seen, body))
+                flows.append(metrics.flow_magnitude(seen))
 
     n = len(unseen)
     print(f"{args.run}: {n} unseen clips, shift {args.shift}, guidance {args.guidance}")
@@ -137,6 +149,12 @@ def main() -> None:
     )
     print(f"  decoded from the true clip's representation: figure found in {decoded}")
     print(f"  the VAE's own reconstruction:                figure found in {own}")
+    levels = [clip.motion for _, clip, _ in unseen]
+    judged = sum(clip.action in metrics.MOTION_CHECKS for _, clip, _ in unseen)
+    for name, (moved, flows) in motion.items():
+        ratio = metrics.quick_over_gentle(flows, levels)
+        shown = "n/a" if ratio is None else f"{ratio:.2f}"
+        print(f"  {name:<27} moves right way {sum(m is True for m in moved)} of {judged}, quick/gentle flow {shown}")
     print(f"  {time.perf_counter() - started:.0f} s")
 
 
