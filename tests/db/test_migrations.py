@@ -332,3 +332,31 @@ def test_revision_0005_labels_earlier_turns_by_the_model_that_made_them(new_db_u
         (3, "toy model, trained on the toy world"),
         (4, None),
     ]
+
+
+def test_revision_0006_keeps_stories_and_its_downgrade_drops_only_vote_stories(new_db_url: Callable[[], str]) -> None:
+    url = new_db_url()
+    upgrade(url, "0005")
+    run_sql(
+        url,
+        "INSERT INTO guilds (id, name) VALUES (1, 'g')",
+        "INSERT INTO stories (id, guild_id, channel_id, title, turn_order, created_by) VALUES "
+        "(1, 1, 10, 'free one', 'free', 5), (2, 1, 11, 'in turn', 'round_robin', 5)",
+    )
+    upgrade(url)
+    assert run_sql(url, "SELECT id, turn_order, round_seconds FROM stories ORDER BY id") == [
+        (1, "free", None),
+        (2, "round_robin", None),
+    ]
+    run_sql(
+        url,
+        "INSERT INTO stories (id, guild_id, channel_id, title, turn_order, created_by, round_seconds) VALUES "
+        "(3, 1, 12, 'voted', 'vote', 5, 180)",
+    )
+    downgrade(url, "0005")
+    assert run_sql(url, "SELECT id FROM stories ORDER BY id") == [(1,), (2,)]  # 0005 cannot hold a vote story
+    with pytest.raises(IntegrityError):
+        run_sql(
+            url,
+            "INSERT INTO stories (guild_id, channel_id, title, turn_order, created_by) VALUES (1, 13, 't', 'vote', 5)",
+        )
