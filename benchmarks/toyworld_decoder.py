@@ -1,6 +1,7 @@
 """Can phase (a)'s decoder draw the character when it is told exactly what the clip is?
 
-    python benchmarks/toyworld_decoder.py --run RUN [--clips 24] [--shift 3.0] [--guidance 0] [--threads N]
+    python benchmarks/toyworld_decoder.py --run RUN [--model RUN/model.safetensors] [--clips 24] [--shift 3.0]
+                                          [--guidance 0] [--threads N]
 
 Phase (a) trains the clip encoder and the diffusion decoder together: the encoder's representation of a true clip is
 the best condition the decoder can ever get, better than any the MLLM predicts. So if the decoder cannot draw the
@@ -8,10 +9,11 @@ figure from it, no training of the MLLM will put the figure into the game's clip
 evaluation's set, a seed training never used) this encodes the true clip (its VAE latents, then the encoder), samples
 latents from that representation with the game's sampler (DPM-Solver++ SDE, 50 steps, no guidance by default: phase
 (a) never trains the unconditional tokens), decodes them with the run's VAE, and prints in how many the character is
-found (``metrics.is_figure``) beside the VAE's own reconstruction of the same clips, and the per-pixel errors; then
-the motion measures of ``toyworld_eval.py`` (moves the right way, quick / gentle flow) for the decoded clips, the
-VAE's reconstructions and the rendered truth: where the game's clips lose motion that these keep, the MLLM's
-prediction lost it, not the decoder.
+found (``metrics.is_figure``), the per-pixel error and the motion measures of ``toyworld_eval.py`` (moves the right
+way, quick / gentle flow), beside the VAE's own reconstruction of the same clips and the rendered truth. With
+``--model`` (the run's ``model.safetensors``) it adds the rows that say where the game's clips lose what these keep:
+the phase-(c) decoder told the true clip, and each decoder given the MLLM's own prediction of the turn (from the
+instruction alone, as a game's first turn).
 
 The decoder's sizes come from the run's ``phase_a/phase_a.json``; ``--shift`` must be the noise schedule's SNR
 shift the run trained with.
@@ -24,7 +26,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from safetensors.torch import load as load_safetensors  # noqa: E402
+
+from game.contract import TurnRequest  # noqa: E402
 from game.motion import flow_for  # noqa: E402
 from training import metrics  # noqa: E402
 from training.config import ToyModelConfig  # noqa: E402
@@ -42,12 +47,13 @@ from training.phase_a import encode_latents, frames_to_tensor  # noqa: E402
 from training.toyworld import CLIP  # noqa: E402
 from worker.pipeline.config import DecoderConfig, PipelineConfig, toy  # noqa: E402
 from worker.pipeline.decoder import AnimeGamerDecoder  # noqa: E402
+from worker.pipeline.pipeline import REPRESENTATION_KEY  # noqa: E402
 from worker.pipeline.sampler import DPMSolverSDESampler  # noqa: E402
+from worker.pipeline.toy import load_toy_pipeline  # noqa: E402
 from worker.pipeline.vae import build_vae  # noqa: E402
 from worker.pipeline.video import encode_mp4  # noqa: E402
 
 FRESH_CLIPS, FRESH_SEED = 300, 12345  # the same unseen set as toyworld_eval.py
-MOTION_ROWS = ("decoded from the true clip", "the VAE's reconstruction", "rendered truth")
 
 
 def run_config(phase_a: Path, shift: float, guidance: float) -> tuple[PipelineConfig, float]:
@@ -88,6 +94,7 @@ def to_frames(pixels: torch.Tensor) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="a `train` run folder with a finished phase_a/")
+    parser.add_argument("--model", type=Path, help="the run's model file: adds its MLLM's and phase (c)'s rows")
     parser.add_argument("--clips", type=int, default=24)
     parser.add_argument("--shift", type=float, default=toy().sampler.shift_scale, help="the run's SNR shift")
     parser.add_argument("--guidance", type=float, default=0.0, help="dynamic CFG scale (0: none)")
@@ -105,6 +112,7 @@ def main() -> None:
     for module, name in ((encoder, "encoder.pt"), (decoder, "decoder.pt"), (vae, "vae.pt")):
         module.load_state_dict(torch.load(phase_a / name, weights_only=True))
     decoder.eval()
+    game = load_toy_pipeline(args.model) if args.model else None  # its MLLM and its phase-(c) decoder
 
     with tempfile.TemporaryDirectory() as tmp:
         write_toyworld(Path(tmp) / "eval", clips=FRESH_CLIPS, seed=FRESH_SEED)
@@ -112,50 +120,68 @@ def main() -> None:
         unseen = [(ep, clip, frames) for ep in episodes for clip, frames in zip(ep.clips, ep.frames(), strict=True)]
     unseen = unseen[: args.clips]
 
-    drawn = kept = 0
-    errors, vae_errors = [], []
-    motion: dict[str, tuple[list[bool | None], list[float]]] = {name: ([], []) for name in MOTION_ROWS}
+    rows: dict[str, Row] = {}
     shape = (1, pipeline.latent_frames, pipeline.decoder.latent_channels, pipeline.latent_height, pipeline.latent_width)
     with torch.no_grad():
         for index, (episode, clip, frames) in enumerate(unseen):
             x = frames_to_tensor(frames)[None]  # (1, T, 3, H, W)
             latents_true = encode_latents(vae, x, scale)  # (1, F, C, h, w), as phase (a) trained on them
-            condition = encoder(latents_true, instruction_bytes([clip.instruction], model_config.max_instruction_bytes))
-            uncond = decoder.unconditional_tokens(1)
+            true = encoder(latents_true, instruction_bytes([clip.instruction], model_config.max_instruction_bytes))
             flow = torch.full((2,), flow_for(clip.motion))
-            sampler = DPMSolverSDESampler(pipeline.sampler)
-            generator = torch.Generator().manual_seed(index)
-            noise = torch.randn(shape, generator=generator)
 
-            latents = sample(decoder, sampler, torch.cat([uncond, condition]), flow, noise, generator)
-            clip_out = to_frames(vae.decode((latents / scale).permute(0, 2, 1, 3, 4)).sample[0])
-            rebuilt = to_frames(vae.decode(vae.encode(x.permute(0, 2, 1, 3, 4)).latent_dist.mean).sample[0])
+            def decoded(
+                by: AnimeGamerDecoder, condition: torch.Tensor, seed: int = index, flow: torch.Tensor = flow
+            ) -> np.ndarray:
+                generator = torch.Generator().manual_seed(seed)
+                noise = torch.randn(shape, generator=generator)
+                pair = torch.cat([by.unconditional_tokens(1), condition])
+                latents = sample(by, DPMSolverSDESampler(pipeline.sampler), pair, flow, noise, generator)
+                return to_frames(vae.decode((latents / scale).permute(0, 2, 1, 3, 4)).sample[0])
+
+            clips = {
+                "phase (a) decoder, the true clip's representation": decoded(decoder, true),
+                "the VAE's reconstruction": to_frames(
+                    vae.decode(vae.encode(x.permute(0, 2, 1, 3, 4)).latent_dist.mean).sample[0]
+                ),
+                "rendered truth": frames,
+            }
+            if game is not None:  # what the game's first turn of this instruction decodes from
+                result = game(TurnRequest(job_id=f"decoder-{index}", instruction=clip.instruction, seed=index))
+                predicted = load_safetensors(result.representation)[REPRESENTATION_KEY].float()[None]
+                clips |= {
+                    "phase (c) decoder, the true clip's representation": decoded(game.decoder, true),
+                    "phase (a) decoder, the MLLM's prediction": decoded(decoder, predicted),
+                    "phase (c) decoder, the MLLM's prediction (the game)": decoded(game.decoder, predicted),
+                }
             body = episode.world.character.body
-            drawn += metrics.is_figure(metrics.figure_track(clip_out, body))
-            kept += metrics.is_figure(metrics.figure_track(rebuilt, body))
-            errors.append(metrics.pixel_error(clip_out, frames))
-            vae_errors.append(metrics.pixel_error(rebuilt, frames))
-            for name, seen in zip(MOTION_ROWS, (clip_out, rebuilt, frames), strict=True):
-                moved, flows = motion[name]
-                seen = metrics.decode_mp4(encode_mp4(seen, CLIP.fps))  # as the game's clips come
-                moved.append(metrics.moves_right_way(clip.action, seen, body))
-                flows.append(metrics.flow_magnitude(seen))
+            for name, made in clips.items():
+                seen = metrics.decode_mp4(encode_mp4(made, CLIP.fps))  # as the game's clips come
+                row = rows.setdefault(name, Row())
+                row.found.append(metrics.is_figure(metrics.figure_track(seen, body)))
+                row.errors.append(metrics.pixel_error(seen, frames))
+                row.moved.append(metrics.moves_right_way(clip.action, seen, body))
+                row.flows.append(metrics.flow_magnitude(seen))
 
-    n = len(unseen)
-    print(f"{args.run}: {n} unseen clips, shift {args.shift}, guidance {args.guidance}")
-    decoded, own = (
-        f"{drawn} of {n}, pixel MAE {np.mean(errors):.1f}",
-        f"{kept} of {n}, pixel MAE {np.mean(vae_errors):.1f}",
-    )
-    print(f"  decoded from the true clip's representation: figure found in {decoded}")
-    print(f"  the VAE's own reconstruction:                figure found in {own}")
     levels = [clip.motion for _, clip, _ in unseen]
     judged = sum(clip.action in metrics.MOTION_CHECKS for _, clip, _ in unseen)
-    for name, (moved, flows) in motion.items():
-        ratio = metrics.quick_over_gentle(flows, levels)
-        shown = "n/a" if ratio is None else f"{ratio:.2f}"
-        print(f"  {name:<27} moves right way {sum(m is True for m in moved)} of {judged}, quick/gentle flow {shown}")
-    print(f"  {time.perf_counter() - started:.0f} s")
+    print(f"{args.run}: {len(unseen)} unseen clips ({judged} with a direction), shift {args.shift}, ", end="")
+    print(f"guidance {args.guidance}\n")
+    print("| clips from | figure found | pixel MAE | moves right way | quick/gentle flow |\n|---|---|---|---|---|")
+    for name, row in rows.items():
+        ratio = metrics.quick_over_gentle(row.flows, levels)
+        print(
+            f"| {name} | {sum(row.found)} of {len(row.found)} | {np.mean(row.errors):.1f} "
+            f"| {sum(m is True for m in row.moved)} of {judged} | {'n/a' if ratio is None else f'{ratio:.2f}'} |"
+        )
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+@dataclass
+class Row:
+    found: list[bool] = field(default_factory=list)
+    errors: list[float] = field(default_factory=list)
+    moved: list[bool | None] = field(default_factory=list)
+    flows: list[float] = field(default_factory=list)
 
 
 if __name__ == "__main__":
