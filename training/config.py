@@ -39,9 +39,6 @@ class TrainConfig:
     no_history: float = 0.0
     own_history: float = 0.0
     regression_weight: float = 1.0  # phase (b): the representation's MSE against the states' cross-entropy
-    # Phase (c): the share of conditions that are the encoder's representation of the true clip (phase a's), so the
-    # decoder keeps rebuilding a clip it is told exactly while it adapts to the MLLM's predictions
-    teacher_share: float = 0.0
 
     def learning_rate_at(self, step: int) -> float:
         """The rate of optimiser step ``step`` (1-based): a pure function of the step, so a resumed run keeps it."""
@@ -72,8 +69,6 @@ class TrainConfig:
             raise ValueError(f"vae_frames must be 0 or 1 + a multiple of 8, got {self.vae_frames}")
         if not 0.0 <= self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay is a share of the steps, 0 to 1, got {self.lr_decay}")
-        if not 0.0 <= self.teacher_share <= 1.0:
-            raise ValueError(f"teacher_share is a share of the conditions, 0 to 1, got {self.teacher_share}")
         if not 0.0 <= self.own_history <= 1.0 or not 0.0 <= self.no_history <= 1.0:
             raise ValueError(
                 f"own_history and no_history are shares of the steps, 0 to 1, got {self.own_history}, {self.no_history}"

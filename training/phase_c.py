@@ -24,17 +24,9 @@ from torch.utils.data import Dataset
 from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.loop import TrainResult, train
-from training.phase_a import ClipSet, v_prediction_loss
+from training.phase_a import ClipSet, build_initial_vae, v_prediction_loss
 from training.phase_b import OUTPUTS as B_OUTPUTS
-from training.phase_b import (
-    PhaseBModel,
-    check_sizes,
-    encode_representations,
-    load_phase_a,
-    own_predictions,
-    prompt_data,
-    read_phase,
-)
+from training.phase_b import PhaseBModel, check_sizes, own_predictions, prompt_data, read_phase, read_phase_a
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import release_alphas_cumprod
 
@@ -53,33 +45,25 @@ def predict_representations(
     return own_predictions(mllm_model.mllm, prompts)
 
 
-Item = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]  # latents, cells, predicted, teacher, flow
-
-
 class AdaptSet(Dataset):
-    """Latents, the MLLM's predicted representation, the encoder's (``teacher``: the true clip's) and the motion
-    scope of each clip."""
+    """Latents, the MLLM's predicted representation and the motion scope of each clip."""
 
-    def __init__(self, clips: ClipSet, predicted: torch.Tensor, teacher: torch.Tensor) -> None:
+    def __init__(self, clips: ClipSet, predicted: torch.Tensor) -> None:
         self.latents, self.cells, self.predicted, self.flows = clips.latents, clips.cells, predicted, clips.flows
-        self.teacher = teacher
 
     def __len__(self) -> int:
         return len(self.flows)
 
-    def __getitem__(self, i: int) -> Item:
-        return self.latents[i], self.cells[i], self.predicted[i], self.teacher[i], self.flows[i]
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        return self.latents[i], self.cells[i], self.predicted[i], self.flows[i]
 
 
-def collate(
-    items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]],
-) -> dict[str, torch.Tensor]:
-    latents, cells, predicted, teacher, flows = zip(*items, strict=True)
+def collate(items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]]) -> dict[str, torch.Tensor]:
+    latents, cells, predicted, flows = zip(*items, strict=True)
     return {
         "latents": torch.stack(latents),  # (B, F, C, h, w)
         "cells": torch.stack(cells),  # (B, F, 1, h, w): the character's share of each latent cell
         "condition": torch.stack(predicted),  # (B, 226, D)
-        "teacher": torch.stack(teacher),  # (B, 226, D)
         "flow": torch.tensor(flows, dtype=torch.float32),  # (B,)
     }
 
@@ -87,19 +71,14 @@ def collate(
 class PhaseCModel(nn.Module):
     """The decoder; ``forward(batch, generator)`` is the v-prediction loss on the MLLM's predicted conditions."""
 
-    def __init__(
-        self, decoder: AnimeGamerDecoder, shift_scale: float, figure_weight: float = 0.0, teacher_share: float = 0.0
-    ) -> None:
+    def __init__(self, decoder: AnimeGamerDecoder, shift_scale: float, figure_weight: float = 0.0) -> None:
         super().__init__()
-        self.decoder, self.figure_weight, self.teacher_share = decoder, figure_weight, teacher_share
+        self.decoder, self.figure_weight = decoder, figure_weight
         self.register_buffer("alphas_cumprod", release_alphas_cumprod(shift_scale).float(), persistent=False)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
         condition = batch["condition"]  # (B, 226, D)
         B = condition.shape[0]
-        if self.teacher_share > 0:  # no draw otherwise: a run without teachers keeps its random stream
-            taught = torch.rand(B, generator=generator, device=condition.device) < self.teacher_share  # (B,)
-            condition = torch.where(taught[:, None, None], batch["teacher"].to(condition.dtype), condition)
         drop = torch.rand(B, generator=generator, device=condition.device) < UNCONDITIONAL  # (B,)
         unconditional = self.decoder.unconditional_tokens(B).to(condition.dtype)
         condition = torch.where(drop[:, None, None], unconditional, condition)
@@ -128,13 +107,15 @@ def train_phase_c(
     out, phase_a, phase_b = Path(out), Path(phase_a), Path(phase_b)
 
     # 1. The earlier phases' outputs, refused by name when missing or of other sizes
-    frozen = load_phase_a(phase_a, model_config)
-    meta_a, scaling = frozen.meta, frozen.scaling_factor
+    meta_a = read_phase_a(phase_a, model_config)
     meta_b = read_phase(phase_b, "phase-b", B_OUTPUTS)
     check_sizes(meta_b, model_config.sizes() | model_config.mllm_sizes(), phase_b / "phase_b.json")
     tokenizer = model_config.tokenizer()
     mllm_model = PhaseBModel(model_config, tokenizer)
     mllm_model.mllm.load_state_dict(torch.load(phase_b / "mllm.pt", weights_only=True))
+    vae = build_initial_vae(model_config)
+    vae.load_state_dict(torch.load(phase_a / "vae.pt", weights_only=True))
+    scaling = float(meta_a["scaling_factor"])
 
     # 2. Frozen inputs once: latents and the MLLM's predictions
     world = load_toyworld(Path(data))
@@ -143,14 +124,9 @@ def train_phase_c(
         raise DatasetError(f"{data} has no training episodes after holding out every {config.held_out_every}th.")
     sets = []
     for episodes in (training, held_out):
-        clips = frozen.clips(episodes)
-        predicted = predict_representations(mllm_model, episodes, model_config)
-        teacher = (
-            encode_representations(frozen.encoder, clips, model_config.max_instruction_bytes)
-            if config.teacher_share > 0
-            else predicted  # never read
-        )
-        sets.append(AdaptSet(clips, predicted, teacher))
+        clips = ClipSet(episodes)
+        clips.encode(vae, scaling)
+        sets.append(AdaptSet(clips, predict_representations(mllm_model, episodes, model_config)))
         clips.frames = torch.empty(0)  # the latents are all the loop needs
     logger.info("phase c: %d training clips, %d held out", len(sets[0]), len(sets[1]))
     sizes = model_config.sizes() | model_config.mllm_sizes()
@@ -159,7 +135,7 @@ def train_phase_c(
     # 3. The decoder from phase (a), then the shared loop
     decoder = AnimeGamerDecoder.from_pipeline_config(model_config.pipeline.decoder)
     decoder.load_state_dict(torch.load(phase_a / "decoder.pt", weights_only=True))
-    model = PhaseCModel(decoder, model_config.pipeline.sampler.shift_scale, config.figure_weight, config.teacher_share)
+    model = PhaseCModel(decoder, model_config.pipeline.sampler.shift_scale, config.figure_weight)
     result, model, accelerator = train(
         model, sets[0], sets[1] if len(sets[1]) else None, collate, config, out, sizes, description="phase c"
     )

@@ -61,34 +61,6 @@ def test_some_conditions_are_the_unconditional_tokens() -> None:
     assert 0 < dropped < B and abs(dropped / B - UNCONDITIONAL) < 0.15
 
 
-def test_a_teacher_share_conditions_that_many_on_the_true_clips_representation() -> None:
-    decoder = AnimeGamerDecoder.from_pipeline_config(MODEL.pipeline.decoder)
-    model = PhaseCModel(decoder, MODEL.pipeline.sampler.shift_scale, teacher_share=0.5)
-    seen: list[torch.Tensor] = []
-    decoder.register_forward_hook(lambda module, args, output: seen.append(args[2]))
-    p = MODEL.pipeline
-    B = 64
-    batch = {
-        "latents": torch.randn(B, p.latent_frames, p.decoder.latent_channels, p.latent_height, p.latent_width),
-        "condition": torch.randn(B, p.num_query_tokens, p.decoder.hidden_size),
-        "teacher": torch.randn(B, p.num_query_tokens, p.decoder.hidden_size),
-        "flow": torch.ones(B),
-        "cells": torch.zeros(B, p.latent_frames, 1, p.latent_height, p.latent_width),
-    }
-    model(batch, torch.Generator().manual_seed(0))
-    taught = sum(torch.equal(seen[0][i], batch["teacher"][i]) for i in range(B))
-    predicted = sum(torch.equal(seen[0][i], batch["condition"][i]) for i in range(B))
-    assert abs(taught / B - 0.5) < 0.2 and taught + predicted > 0.7 * B  # the rest: the unconditional tokens
-
-
-def test_phase_c_with_teachers_trains_and_saves(
-    tiny_world: Path, tiny_phase_a: Path, tiny_phase_b: Path, tmp_path: Path
-) -> None:
-    config = replace(CONFIG, steps=4, eval_every=2, checkpoint_every=2, teacher_share=0.5)
-    result = train_phase_c(tiny_world, tmp_path, tiny_phase_a, tiny_phase_b, config, MODEL)
-    assert result.step == 4 and (tmp_path / "decoder.pt").is_file()
-
-
 def test_missing_phase_b_is_named(tiny_world: Path, tiny_phase_a: Path, tmp_path: Path) -> None:
     with pytest.raises(PhaseError, match=r"mllm\.pt is missing: run `animegamer train phase-b`"):
         train_phase_c(tiny_world, tmp_path / "c", tiny_phase_a, tmp_path / "none", CONFIG, MODEL)
