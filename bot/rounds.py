@@ -44,6 +44,7 @@ class Rounds(Background):
         self.bot = bot
         self._changed: set[int] = set()  # open rounds whose message is behind their proposals and votes
         self._failures: dict[int, int] = {}
+        self._announcing = asyncio.Lock()  # /story close and the loop may close the same round at once: shown once
 
     def show(self, round_id: int) -> None:
         """Bring the round's message up to date on the next tick."""
@@ -93,7 +94,8 @@ class Rounds(Background):
         if closed is not None:
             played = f"proposal {chosen.id} played" if chosen is not None else "nothing to play"
             log.info("round %s closed: %s", round_id, played)
-        job_id = await self._announce(round_id)
+        async with self._announcing:
+            job_id = await self._announce(round_id)
         if job_id is not None:
             await self.bot.supervisor.send_now(job_id)
 
