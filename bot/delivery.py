@@ -41,8 +41,8 @@ from db.jobs import (
     note_post_failure,
     set_job_messages,
     turn_of_job,
+    turn_outcome,
 )
-from game.state import CharacterState, StateDeltas
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -157,17 +157,7 @@ class Delivery:
         if found is None or job.channel_id is None:
             return
         _, turn, character = found
-        assert turn.stamina_after is not None and turn.social_after is not None
-        assert turn.entertainment_after is not None
-        state = CharacterState(
-            stamina=turn.stamina_after, social=turn.social_after, entertainment=turn.entertainment_after
-        )
-        deltas = StateDeltas(
-            motion=turn.d_motion or 0,
-            social=turn.d_social or 0,
-            entertainment=turn.d_entertainment or 0,
-            stamina=turn.d_stamina or 0,
-        )
+        state, deltas = turn_outcome(turn)
         label = turn.label or ""  # the worker's word on its model, not the bot's setting
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""

@@ -608,6 +608,21 @@ async def build_history(
     return [history_turn(t) for t in past_turns_for(newest[::-1], window)]
 
 
+def turn_outcome(turn: Turn) -> tuple[CharacterState, StateDeltas]:
+    """What a finished turn did: the character's state after it and the changes, as the clip's card and the story
+    page show them."""
+    assert turn.stamina_after is not None and turn.social_after is not None
+    assert turn.entertainment_after is not None
+    state = CharacterState(stamina=turn.stamina_after, social=turn.social_after, entertainment=turn.entertainment_after)
+    deltas = StateDeltas(
+        motion=turn.d_motion or 0,
+        social=turn.d_social or 0,
+        entertainment=turn.d_entertainment or 0,
+        stamina=turn.d_stamina or 0,
+    )
+    return state, deltas
+
+
 def history_turn(turn: Turn) -> HistoryTurn:
     """A completed turn as a prompt's history carries it."""
     assert turn.representation is not None

@@ -12,8 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from animegamer.story_page import StoryRow, embedded, render_story
+from db.jobs import turn_outcome
 from db.models import Turn
-from game.state import CharacterState, StateDeltas
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +45,7 @@ def _page(title: str, turns: list[tuple[Turn, str]], rows: list[StoryRow]) -> st
 
 
 def _row(turn: Turn, name: str) -> StoryRow:
-    deltas = StateDeltas(
-        motion=turn.d_motion or 0,
-        social=turn.d_social or 0,
-        entertainment=turn.d_entertainment or 0,
-        stamina=turn.d_stamina or 0,
-    )
-    state = CharacterState(
-        stamina=turn.stamina_after or 0, social=turn.social_after or 0, entertainment=turn.entertainment_after or 0
-    )
+    state, deltas = turn_outcome(turn)  # story_turns gives finished turns only
     seconds = sum(json.loads(turn.timings or "{}").values())
     return StoryRow(turn.seq or 0, turn.instruction, "", deltas, state, seconds, player=name)
 
