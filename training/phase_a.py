@@ -179,6 +179,23 @@ class ClipSet(Dataset):
             self.latents = encode_latents(vae, self.frames, scaling_factor)
             self.cells = figure_cells(self.figure, self.latents.shape[1], self.latents.shape[-2:])
 
+    @classmethod
+    def encoded(cls, episodes: tuple[Episode, ...], vae: nn.Module, scaling_factor: float, chunk: int = 64) -> ClipSet:
+        """The clips' latents, cells, instructions and motion scopes without their frames, encoded ``chunk``
+        episodes at a time: phases (b) and (c) need no pixels, and a data set's frames as floats are 1.25 MB a clip.
+        """
+        parts = [cls(episodes[start : start + chunk]) for start in range(0, len(episodes), chunk)]
+        merged = cls(())
+        for part in parts:
+            part.encode(vae, scaling_factor)
+            merged.instructions += part.instructions
+            merged.flows += part.flows
+        merged.episodes = episodes
+        if parts:
+            merged.latents = torch.cat([part.latents for part in parts])
+            merged.cells = torch.cat([part.cells for part in parts])
+        return merged
+
     def __len__(self) -> int:
         return len(self.instructions)
 

@@ -277,10 +277,8 @@ class PhaseA:
     meta: dict[str, Any]
 
     def clips(self, episodes: tuple[Episode, ...]) -> ClipSet:
-        """The clips of ``episodes`` with their latents, as phase (a) made them."""
-        clips = ClipSet(episodes)
-        clips.encode(self.vae, self.scaling_factor)
-        return clips
+        """The clips of ``episodes`` with their latents, as phase (a) made them (no frames)."""
+        return ClipSet.encoded(episodes, self.vae, self.scaling_factor)
 
 
 def load_phase_a(phase_a: Path, config: ToyModelConfig) -> PhaseA:

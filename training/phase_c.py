@@ -26,7 +26,15 @@ from training.dataset import DatasetError, Episode, load_toyworld, split
 from training.loop import TrainResult, train
 from training.phase_a import ClipSet, build_initial_vae, v_prediction_loss
 from training.phase_b import OUTPUTS as B_OUTPUTS
-from training.phase_b import PhaseBModel, check_sizes, own_predictions, prompt_data, read_phase, read_phase_a
+from training.phase_b import (
+    PhaseBModel,
+    check_sizes,
+    own_predictions,
+    prompt_data,
+    read_phase,
+    read_phase_a,
+    without_history,
+)
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import release_alphas_cumprod
 
@@ -39,9 +47,10 @@ UNCONDITIONAL = 0.15  # share of training conditions replaced by the uncondition
 def predict_representations(
     mllm_model: PhaseBModel, episodes: tuple[Episode, ...], config: ToyModelConfig
 ) -> torch.Tensor:
-    """Phase (b)'s prediction for every turn of ``episodes`` as inference makes it (past turns carrying its own
-    earlier predictions), in ClipSet order: `(N, 226, D)`. No targets are needed, so no encoder."""
-    prompts = prompt_data(episodes, torch.empty(0), config, config.tokenizer())
+    """Phase (b)'s prediction for every turn of ``episodes`` as the game makes it by default, from the turn's
+    instruction alone (``Settings.history_window`` 1), in ClipSet order: `(N, 226, D)`. No targets are needed, so
+    no encoder."""
+    prompts = without_history(prompt_data(episodes, torch.empty(0), config, config.tokenizer()))
     return own_predictions(mllm_model.mllm, prompts)
 
 
@@ -124,10 +133,8 @@ def train_phase_c(
         raise DatasetError(f"{data} has no training episodes after holding out every {config.held_out_every}th.")
     sets = []
     for episodes in (training, held_out):
-        clips = ClipSet(episodes)
-        clips.encode(vae, scaling)
+        clips = ClipSet.encoded(episodes, vae, scaling)  # the latents are all the loop needs
         sets.append(AdaptSet(clips, predict_representations(mllm_model, episodes, model_config)))
-        clips.frames = torch.empty(0)  # the latents are all the loop needs
     logger.info("phase c: %d training clips, %d held out", len(sets[0]), len(sets[1]))
     sizes = model_config.sizes() | model_config.mllm_sizes()
     sizes |= {"phase_a.step": meta_a["step"], "phase_b.step": meta_b["step"]}

@@ -1,8 +1,10 @@
-"""`animegamer train all`: the three phases in order, then the model file inference loads.
+"""`animegamer train all`: the recipe's phases in order, then the model file inference loads.
 
 Each phase resumes on its own (``training.loop``), so rerunning the same command after a stop continues the phase
-that was running and skips the finished ones. The folder ``out`` holds ``phase_a/``, ``phase_b/``, ``phase_c/`` and,
-at the end, ``model.safetensors`` in the toy model's format (``worker.pipeline.toy``).
+that was running and skips the finished ones. The folder ``out`` holds ``phase_a/``, ``phase_b/``, ``phase_c/`` when the
+recipe has a phase (c) (the shipped one has none: ``training.config.PHASE_C`` says why) and, at the end,
+``model.safetensors`` in the toy model's format (``worker.pipeline.toy``), with phase (c)'s decoder when it ran and
+phase (a)'s otherwise.
 """
 
 from __future__ import annotations
@@ -60,11 +62,14 @@ def train_all(
 
     phase_a = timed("phase-a", lambda: train_phase_a(data, a, recipe["phase-a"], model_config))
     timed("phase-b", lambda: train_phase_b(data, b, a, recipe["phase-b"], model_config))
-    phase_c = timed("phase-c", lambda: train_phase_c(data, c, a, b, recipe["phase-c"], model_config))
+    decoder = a / "decoder.pt"
+    if "phase-c" in recipe:
+        timed("phase-c", lambda: train_phase_c(data, c, a, b, recipe["phase-c"], model_config))
+        decoder = c / "decoder.pt"
 
     parts = {
         "mllm": torch.load(b / "mllm.pt", weights_only=True),
-        "decoder": torch.load(c / "decoder.pt", weights_only=True),
+        "decoder": torch.load(decoder, weights_only=True),
         "vae": torch.load(a / "vae.pt", weights_only=True),
     }
     trained = {
@@ -73,7 +78,7 @@ def train_all(
         "vae_steps": phase_a.vae_step,
         "recipe": {name: config.steps for name, config in recipe.items()},
     }
-    preset, scale = model_config.pipeline.name, phase_c.scaling_factor
+    preset, scale = model_config.pipeline.name, phase_a.scaling_factor
     save_toy_checkpoint(result.model, parts, preset, scale, trained, words=model_config.words)
     logger.info("wrote %s", result.model)
     return result

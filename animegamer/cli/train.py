@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # training imports torch: only when a command runs
 PHASES = ("phase-a", "phase-b", "phase-c", "all")
 HELP = (
     "phase-a: clip encoder + VAE + diffusion decoder by reconstruction; phase-b: the MLLM predicts representations "
-    "and states; phase-c: the decoder adapts to the MLLM's predictions; all: the three, then the model file"
+    "and states; phase-c: the decoder adapts to the MLLM's predictions (left out of all: training.config.PHASE_C); "
+    "all: phases a and b, then the model file"
 )
 
 
@@ -54,7 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from training.config import RECIPE, ToyModelConfig
+    from training.config import PHASE_C, RECIPE, ToyModelConfig
     from training.dataset import DatasetError
     from training.loop import CheckpointMismatchError
     from training.phase_b import PhaseError
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.phase == "all":
             return _all(args, model_config)
-        config = replace(RECIPE[args.phase], **chosen)
+        config = replace({**RECIPE, "phase-c": PHASE_C}[args.phase], **chosen)
         result = _one(args, config, model_config)
     except (DatasetError, CheckpointMismatchError, PhaseError) as exc:
         print(exc, file=sys.stderr)

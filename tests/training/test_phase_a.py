@@ -19,6 +19,7 @@ from training.loop import PROGRESS, STATE, CheckpointMismatchError, StepBatchSam
 from training.phase_a import (
     OUTPUTS,
     VAE_STAGE,
+    ClipSet,
     PhaseAResult,
     VAEModel,
     build_initial_vae,
@@ -191,6 +192,19 @@ def test_figure_cells_are_the_characters_share_of_each_latent_cell() -> None:
     assert cells.shape == (1, 3, 1, 2, 3)
     assert cells[0, 1, 0, 1, 2] == 1.0 and cells[0, 0, 0, 0, 0] == 0.5
     assert cells.sum() == 1.5
+
+
+def test_clips_encoded_in_chunks_equal_the_whole_set_encoded_and_keep_no_frames(data: Path) -> None:
+    episodes = load_toyworld(data).episodes
+    vae = build_initial_vae(ToyModelConfig())
+    whole = ClipSet(episodes)
+    whole.encode(vae, 0.7)
+    chunked = ClipSet.encoded(episodes, vae, 0.7, chunk=1)
+    assert len(episodes) > 1  # more than one chunk
+    torch.testing.assert_close(chunked.latents, whole.latents, atol=1e-3, rtol=1e-3)  # other batches, other sums
+    torch.testing.assert_close(chunked.cells, whole.cells)
+    assert (chunked.instructions, chunked.flows) == (whole.instructions, whole.flows)
+    assert len(chunked) == len(whole) and chunked.frames.numel() == 0
 
 
 def test_the_vae_loss_weighs_the_characters_pixels() -> None:

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from training.config import ToyModelConfig, TrainConfig
+from training.dataset import load_toyworld
 from training.loop import mean
-from training.phase_b import PhaseError
-from training.phase_c import OUTPUTS, UNCONDITIONAL, PhaseCModel, train_phase_c
+from training.phase_b import PhaseBModel, PhaseError
+from training.phase_c import OUTPUTS, UNCONDITIONAL, PhaseCModel, predict_representations, train_phase_c
 from worker.pipeline.decoder import AnimeGamerDecoder
+from worker.pipeline.prompt import build_prompt
 
 CONFIG = TrainConfig(
     steps=30, batch_size=4, learning_rate=2e-3, eval_every=10, checkpoint_every=10, held_out_every=2, figure_weight=3.0
@@ -71,3 +73,20 @@ def test_phase_b_of_another_window_is_refused(
 ) -> None:
     with pytest.raises(PhaseError, match=r"mllm\.history_window: file 3, config 2"):
         train_phase_c(tiny_world, tmp_path / "c", tiny_phase_a, tiny_phase_b, CONFIG, replace(MODEL, history_window=2))
+
+
+def test_its_conditions_are_what_the_game_predicts_from_the_instruction_alone(tiny_world: Path) -> None:
+    # the game plays with history_window 1: no past turn in the prompt, so neither in phase (c)'s conditions
+    torch.manual_seed(0)
+    tokenizer = MODEL.tokenizer()
+    model = PhaseBModel(MODEL, tokenizer).eval()
+    episodes = load_toyworld(tiny_world).episodes
+    predicted = predict_representations(model, episodes, MODEL)
+    alone = []
+    for episode in episodes:
+        for clip in episode.clips:
+            prompt = build_prompt(tokenizer, clip.instruction, [], MODEL.pipeline.num_query_tokens)
+            with torch.no_grad():
+                alone.append(model.mllm.predict_representation(model.mllm.embed_prompt(prompt, []), prompt)[0])
+    assert any(len(episode.clips) > 1 for episode in episodes)  # later turns, which a window would give pasts
+    torch.testing.assert_close(predicted, torch.stack(alone), atol=1e-5, rtol=1e-4)

@@ -63,3 +63,11 @@ def test_a_phase_before_its_inputs_says_which_to_run(tiny_world: Path, tmp_path:
 def test_all_refuses_one_phases_schedule_flags(tiny_world: Path, tmp_path: Path, capsys) -> None:
     assert main(["train", "all", "--data", str(tiny_world), "--out", str(tmp_path), "--steps", "5"]) == 2
     assert "schedule flags apply to one phase only" in capsys.readouterr().err
+
+
+def test_without_phase_c_the_model_file_carries_phase_as_decoder(tiny_world: Path, tmp_path: Path) -> None:
+    result = train_all(tiny_world, tmp_path, {"phase-a": QUICK, "phase-b": QUICK}, ToyModelConfig())
+    assert result.steps == {"phase-a": 3, "phase-b": 3} and not (tmp_path / "phase_c").exists()
+    shipped = load_file(tmp_path / MODEL_FILE)
+    decoder = torch.load(tmp_path / "phase_a" / "decoder.pt", weights_only=True)
+    assert all(torch.equal(shipped[f"decoder.{k}"], v.float()) for k, v in decoder.items())
