@@ -162,8 +162,9 @@ def toy() -> PipelineConfig:
         mllm=replace(base.mllm, hidden_size=128, num_layers=4, intermediate_size=256),
         decoder=replace(base.decoder, num_layers=4, num_heads=4, head_dim=32, time_embed_dim=64, latent_channels=8),
         vae=replace(base.vae, block_out_channels=(16, 16, 32, 32), latent_channels=8),
-        # no guidance: the figure is found in 5 of 6 unseen test turns without it, 4 with scale 2, none with the
-        # release's 6, whose push from the unconditional tokens turns the small decoder's clips to blocks
+        # no guidance: the figure is found in 5 of 6 unseen test turns without it, 6 with scale 2, 2 with the
+        # release's 6; six turns do not pay for two decoder passes a step, and phase (a) never trains the
+        # unconditional tokens (README, "Guidance")
         sampler=replace(base.sampler, guidance_scale=0.0),
         label="toy model, trained on the toy world",  # game.contract.TOY_LABEL (game/ may not be imported here)
     )
