@@ -5,6 +5,8 @@
   turn stuck in a GPU call looks like.
 - A turn whose instruction says "slowly" runs the real pipeline with each denoising step taking at least
   ``SLOW_STEP_SECONDS``, so a test has time to act while it runs (cancel it, kill its worker).
+- A turn whose instruction says "dawdle" runs the real pipeline with every progress write stalling
+  ``STORE_STALL_SECONDS`` in the result store, so its soft time limit lands while progress is being stored.
 - A turn whose instruction says "stranger" returns a real result made for another job id: a result that
   does not fit the job it is delivered for.
 
@@ -17,12 +19,23 @@ import contextlib
 import sys
 import time
 
+from celery import Task
+
 from animegamer.cli import main
 from worker.pipeline.pipeline import AnimeGamerPipeline
 
 SLOW_STEP_SECONDS = 0.2
+STORE_STALL_SECONDS = 1.0
 
 real_call = AnimeGamerPipeline.__call__
+real_update_state = Task.update_state
+store_stalls = False
+
+
+def update_state_stalling(self, *args, **kwargs):
+    if store_stalls:
+        time.sleep(STORE_STALL_SECONDS)
+    return real_update_state(self, *args, **kwargs)
 
 
 def misbehave_on_request(self, request, on_progress=None):
@@ -40,12 +53,20 @@ def misbehave_on_request(self, request, on_progress=None):
             report(stage, step, total)
 
         return real_call(self, request, slow_report)
+    if "dawdle" in request.instruction:
+        global store_stalls
+        store_stalls = True
+        try:
+            return real_call(self, request, on_progress)
+        finally:
+            store_stalls = False
     if "stranger" in request.instruction:
         return real_call(self, request.model_copy(update={"job_id": "someone-else"}), on_progress)
     return real_call(self, request, on_progress)
 
 
 AnimeGamerPipeline.__call__ = misbehave_on_request  # patched in the parent: the pool's children inherit it
+Task.update_state = update_state_stalling
 
 if __name__ == "__main__":
     sys.exit(main(["worker", *sys.argv[1:]]))

@@ -38,7 +38,8 @@ def make_celery(settings: Settings) -> Celery:
         task_track_started=True,
         task_time_limit=settings.task_time_limit,
         worker_lost_wait=2.0,  # report a dead pool child's turn in 2 s, not 10
-        task_soft_time_limit=max(settings.task_time_limit - 30, 5),
+        # 30 s to fail a stuck turn with a message before the kill; half a short limit (a test's 20 s)
+        task_soft_time_limit=settings.task_time_limit - min(30, settings.task_time_limit // 2),
         task_default_queue=settings.queue,
         task_routes={TASK_NAME: {"queue": settings.queue}},
         result_expires=24 * 3600,

@@ -180,6 +180,8 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
             last_report = now
             try:
                 self.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
+            except SoftTimeLimitExceeded:
+                raise  # the limit landed while the store was busy: it is the turn's, not the store's
             except Exception as exc:  # progress is for show; a store that is down must not fail the turn
                 log.warning("progress of %s not stored: %s", task_id, exc)
 
@@ -200,6 +202,8 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
 def _cancelled(control: JobControl, task_id: str) -> bool:
     try:
         return control.cancelled(task_id)
+    except SoftTimeLimitExceeded:
+        raise  # the limit landed while the store was busy: it is the turn's, not the store's
     except Exception as exc:  # the store is down: keep going; the bot ignores a cancelled turn's result
         log.warning("cancel mark of %s unreadable: %s", task_id, exc)
         return False

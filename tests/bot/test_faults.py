@@ -219,7 +219,7 @@ async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double
 
 
 async def test_a_hung_turn_is_stopped_at_the_time_limit_and_the_player_told_in_one_sentence(double, tmp_path):
-    worker = faulty_worker(tmp_path, "sqlite", ANIMEGAMER_TASK_TIME_LIMIT="10")
+    worker = faulty_worker(tmp_path, "sqlite", ANIMEGAMER_TASK_TIME_LIMIT="20")  # soft at 10 s: the next turn's time
     settings = settings_beside(worker, tmp_path)
     try:
         async with running_bot(double, settings, worker):
