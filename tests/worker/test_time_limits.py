@@ -13,9 +13,8 @@ pytestmark = pytest.mark.slow
 
 
 def play(worker: Worker, motion: str, timeout: float = 90):
-    request = TurnRequest(
-        job_id=f"limit-{uuid.uuid4().hex[:8]}", instruction=f"Character: Qiqi; Motion: {motion}; Background: town.", seed=3
-    )
+    instruction = f"Character: Qiqi; Motion: {motion}; Background: town."
+    request = TurnRequest(job_id=f"limit-{uuid.uuid4().hex[:8]}", instruction=instruction, seed=3)
     return worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id).get(
         timeout=timeout
     )
