@@ -8,7 +8,9 @@ TOY_HISTORY_WINDOW - 1 turns with the model's own representations and predicted 
 one markdown table: the paper's ACC-S / MAE-S per state value and ACC-F / MAE-F for the clip's
 motion scope, per-pixel error against the rendered clip, and the checks a person makes by eye
 (training/metrics.py says how each is measured). A "ground truth (rendered)" row scores the
-rendered clips after the same MP4 round trip: the ceiling of every clip measure.
+rendered clips after the same MP4 round trip: the ceiling of every clip measure. A "VAE's own reconstruction"
+row scores the rendered clips encoded and decoded by the trained model's VAE: the ceiling of any model whose clips
+that VAE decodes, so a shortfall it shares is the VAE's, not the MLLM's or the decoder's.
 
 Without --data, a fresh data set is written with a seed the training never used, so every episode
 in it is unseen; with --data, only its held-out episodes (training.dataset.split) are played.
@@ -37,6 +39,7 @@ from training import metrics
 from training.dataset import Episode, load_toyworld, split, write_toyworld
 from training.toyworld import CHARACTERS_BY_NAME, CLIP
 from worker.pipeline.pipeline import AnimeGamerPipeline
+from worker.pipeline.vae import decode_latents
 from worker.pipeline.video import encode_mp4
 
 FRESH_CLIPS, FRESH_SEED = 300, 12345  # the default evaluated set: a seed no training run uses
@@ -79,6 +82,14 @@ def calibrate(folder: Path) -> Scales:
             actions.append(record.action)
             times.append(record.time)
     return Scales(metrics.FlowScale.fit(clips, levels, actions), metrics.DayNight.fit(clips, times))
+
+
+def vae_round_trip(pipe: AnimeGamerPipeline, clip: np.ndarray) -> np.ndarray:
+    """``(T, H, W, 3)`` uint8 through the pipeline's VAE (posterior mean) and back, as the game decodes, then MP4."""
+    pixels = torch.from_numpy(clip).permute(3, 0, 1, 2)[None].float() / 127.5 - 1.0  # (1, 3, T, H, W) in [-1, 1]
+    with torch.no_grad():
+        latents = pipe.vae.encode(pixels).latent_dist.mean.permute(0, 2, 1, 3, 4)  # (1, F, C, h, w), unscaled
+    return round_trip(decode_latents(pipe.vae, latents, scaling_factor=1.0)[0])
 
 
 def turn_seed(seed: int, episode: Episode, turn: int) -> int:
@@ -240,6 +251,8 @@ def main() -> None:
         rendered = [list(episode.frames()) for episode in episodes]  # read now: the folder goes with tmp
         scales = calibrate(Path(tmp) / "calibration")
     ground = Run("ground truth (rendered)", clips=[[round_trip(clip) for clip in clips] for clips in rendered])
+    vae_clips = [[vae_round_trip(trained, clip) for clip in clips] for clips in rendered]
+    through_vae = Run("the VAE's own reconstruction of the truth", clips=vae_clips)
 
     runs = [
         play("trained, no history (the default)", trained, episodes, 1, args.seed),
@@ -254,7 +267,7 @@ def main() -> None:
         f"scales fitted on {CALIBRATION_CLIPS} other rendered clips (seed {CALIBRATION_SEED}); "
         f"seed {args.seed}; torch threads {torch.get_num_threads()}\n"
     )
-    rows = [score(run, episodes, rendered, scales) for run in [*runs, ground]]
+    rows = [score(run, episodes, rendered, scales) for run in [*runs, through_vae, ground]]
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for row in rows:
