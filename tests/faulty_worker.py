@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from typing import Any
 
 from celery import Task
 
@@ -32,7 +33,8 @@ real_update_state = Task.update_state
 store_stalls = False
 
 
-def update_state_stalling(self, *args, **kwargs):
+def update_state_stalling(self: Task, *args: Any, **kwargs: Any) -> None:
+    """A result store slow enough that a time limit lands inside a progress write."""
     if store_stalls:
         time.sleep(STORE_STALL_SECONDS)
     return real_update_state(self, *args, **kwargs)
