@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
+from celery.result import AsyncResult
 
 from animegamer.settings import Settings
+from game.contract import TASK_NAME, TurnRequest
 from worker.celery_app import make_celery
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,6 +54,12 @@ class Worker:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(30)
+
+    def send_turn(self, instruction: str, prefix: str = "turn", seed: int = 1, **options: float) -> AsyncResult:
+        """Send a turn with a fresh job id: Redis keeps results for a day, and an id seen before would answer at
+        once. ``options`` go to ``send_task`` (a turn's own ``time_limit``, ...)."""
+        request = TurnRequest(job_id=f"{prefix}-{uuid.uuid4().hex[:8]}", instruction=instruction, seed=seed)
+        return self.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id, **options)
 
     def said(self, text: str) -> int:
         """How many lines of the worker's log contain ``text``."""

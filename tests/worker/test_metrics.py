@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from celery.exceptions import TimeLimitExceeded
 
-from game.contract import TASK_NAME, TurnRequest
 from tests.scrape import free_port, scrape_when_up, value
 from tests.workers import Worker, start_worker, worker_env
 
@@ -22,9 +19,7 @@ def port_of(worker: Worker) -> int:
 
 
 def play(worker: Worker, instruction: str = LINE, timeout: float = 120, **limits: float):
-    request = TurnRequest(job_id=f"metrics-{uuid.uuid4().hex[:8]}", instruction=instruction, seed=3)
-    sent = worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id, **limits)
-    return sent.get(timeout=timeout)
+    return worker.send_turn(instruction, "metrics", seed=3, **limits).get(timeout=timeout)
 
 
 def stage_counts(port: int) -> dict[str, float]:

@@ -20,10 +20,7 @@ LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky
 
 
 def send_turn(worker: Worker, prefix: str, seed: int = 1):
-    """Send a turn with a fresh job id: Redis keeps results for a day, and an id seen before would answer at once."""
-    job_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    request = TurnRequest(job_id=job_id, instruction=LINE, seed=seed)
-    return worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=job_id)
+    return worker.send_turn(LINE, prefix, seed)
 
 
 def test_importing_the_celery_app_and_its_task_does_not_import_torch():

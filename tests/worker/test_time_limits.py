@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from game.contract import TASK_NAME, TurnRequest
 from tests.workers import Worker, start_worker, worker_env
 
 pytestmark = pytest.mark.slow
 
 
 def play(worker: Worker, motion: str, timeout: float = 90):
-    instruction = f"Character: Qiqi; Motion: {motion}; Background: town."
-    request = TurnRequest(job_id=f"limit-{uuid.uuid4().hex[:8]}", instruction=instruction, seed=3)
-    return worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=request.job_id).get(
-        timeout=timeout
-    )
+    return worker.send_turn(f"Character: Qiqi; Motion: {motion}; Background: town.", "limit").get(timeout=timeout)
 
 
 def test_a_soft_limit_landing_while_progress_is_stored_ends_the_turn_with_its_message(tmp_path):
