@@ -37,6 +37,7 @@ from game.history import past_turns_for
 from game.state import StateDeltas
 from training import metrics
 from training.dataset import Episode, load_toyworld, split, write_toyworld
+from training.phase_a import frames_to_tensor
 from training.toyworld import CHARACTERS_BY_NAME, CLIP
 from worker.pipeline.pipeline import AnimeGamerPipeline
 from worker.pipeline.vae import decode_latents
@@ -86,7 +87,7 @@ def calibrate(folder: Path) -> Scales:
 
 def vae_round_trip(pipe: AnimeGamerPipeline, clip: np.ndarray) -> np.ndarray:
     """``(T, H, W, 3)`` uint8 through the pipeline's VAE (posterior mean) and back, as the game decodes, then MP4."""
-    pixels = torch.from_numpy(clip).permute(3, 0, 1, 2)[None].float() / 127.5 - 1.0  # (1, 3, T, H, W) in [-1, 1]
+    pixels = frames_to_tensor(clip).permute(1, 0, 2, 3)[None]  # (1, 3, T, H, W) in [-1, 1]
     with torch.no_grad():
         latents = pipe.vae.encode(pixels).latent_dist.mean.permute(0, 2, 1, 3, 4)  # (1, F, C, h, w), unscaled
     return round_trip(decode_latents(pipe.vae, latents, scaling_factor=1.0)[0])
