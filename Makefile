@@ -6,11 +6,12 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
+TEST_PROCESSES ?= 2
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint setup clean
+.PHONY: demo check test lint setup clean
 
 setup: $(STAMP)
 
@@ -24,9 +25,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/animegamer demo
 
+# Both tiers run one pytest process per core (pytest-xdist), each test file on one of them so its module fixtures
+# are built once, torch on one thread in each so that the two do not fight over the cores.
+XDIST = -n $(TEST_PROCESSES) --dist loadfile
+TORCH_THREADS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
+# The fast tier, for the inner loop: no worker, Redis, PostgreSQL or Chromium of its own (tests/tiers.py).
+check: $(STAMP)
+	$(TORCH_THREADS) $(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
+
+# Everything, CI's command: the fast tier, then the slow one, then one line each (scripts/test_tiers.sh).
 test: $(STAMP)
 	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) bash scripts/ensure_redis.sh
-	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) $(TORCH_THREADS) PYTHON=$(BIN)/python \
+		bash scripts/test_tiers.sh $(XDIST) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -112,6 +112,7 @@ class Supervisor(Background):
         self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it, as they announce themselves
         self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
         self._backlog: Counter[str] = Counter()  # queue -> turns waiting here for room at the broker
+        self._left: set[int] = set()  # jobs their submission left to the backlog: the outbox's at once, no grace
         self._sending = asyncio.Lock()  # the outbox's tick and the submissions' own sends, one at a time
 
     async def _run(self) -> None:
@@ -129,11 +130,10 @@ class Supervisor(Background):
     async def tick(self) -> None:
         await self.refresh_served()
         async with self.bot.sessions() as session:
-            to_send = [job for job in await jobs_to_send(session) if job.queued_at < utcnow() - OUTBOX_GRACE]
             to_mark = await cancels_to_mark(session)
             self._seconds_each = await average_turn_seconds(session, self._seconds_each)
             in_flight = await jobs_in_flight(session)
-        await self.send_in_turn(to_send)
+        await self.send_in_turn()
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
@@ -175,16 +175,21 @@ class Supervisor(Background):
 
     # -- the outbox --------------------------------------------------------------------------------
 
-    async def send_in_turn(self, waiting: list[JobInfo]) -> None:
+    async def send_in_turn(self) -> None:
         """Fill each queue's window at the broker from the backlog, in the fair order (or first come, first served).
 
-        Under the sending lock, with the jobs in flight read again there: a submission's own send
-        (``send_now``) may have taken a place since ``waiting`` was read.
+        The backlog and the jobs in flight are read under the sending lock, together: a turn read
+        before a place freed (a cancel) or before a submission left its turn to the backlog would
+        otherwise be passed over for one that was read. A fresh turn is its submission's to send
+        (``send_now``) for ``OUTBOX_GRACE``, unless that submission already left it to the backlog.
         """
         async with self._sending:
             async with self.bot.sessions() as session:
                 in_flight = await jobs_in_flight(session)
+                fresh = utcnow() - OUTBOX_GRACE
+                waiting = [job for job in await jobs_to_send(session) if job.id in self._left or job.queued_at < fresh]
             unsent = {job.id for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is None}
+            self._left &= unsent
             self._at_broker = Counter(
                 self.queue_of(job) for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is not None
             )
@@ -237,13 +242,14 @@ class Supervisor(Background):
         backlog for the next tick's fair pick. False only if it could not be sent (the queue is
         down: the outbox keeps trying until its deadline).
         """
-        async with self.bot.sessions() as session:
-            ready = await jobs_to_send(session, only=job_id)
-        for job in ready:
-            queue = self.queue_of(job)
-            async with self._sending:  # one sender at a time: the window's count stays true
+        async with self._sending:  # one sender at a time: the window's count stays true
+            async with self.bot.sessions() as session:  # read under the lock: the outbox may have sent it meanwhile
+                ready = await jobs_to_send(session, only=job_id)
+            for job in ready:
+                queue = self.queue_of(job)
                 if self.room(queue) <= 0 or self._backlog[queue] > 0:
                     self._backlog[queue] += 1
+                    self._left.add(job.id)
                     return True
                 try:
                     return await self.send(job)

@@ -18,6 +18,8 @@ from typing import Any
 
 import aiohttp
 
+from tests import tiers
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 MISSING = "headless Chromium is not installed (apt-get install chromium)"
 # What this machine's closed network needs (nothing reaching out), and clips that play without a click.
@@ -77,6 +79,7 @@ class Page:
 async def chromium(profile: Path) -> AsyncIterator[Page]:
     """A headless Chromium with a fresh profile in ``profile``, and its one tab."""
     assert CHROMIUM is not None, MISSING
+    tiers.starting("Chromium")
     process = subprocess.Popen(
         [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
         stdout=subprocess.DEVNULL,

@@ -1,4 +1,5 @@
-"""Shared fixtures: one worker per broker and one tiny pipeline, each started once per session."""
+"""Shared fixtures: one worker per broker and one tiny pipeline, each started once per test process; and the
+two tiers (``tests/tiers.py``): a test that uses a slow fixture is marked slow as it is collected."""
 
 from __future__ import annotations
 
@@ -7,8 +8,27 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import tiers
 from tests.scrape import free_port
 from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if tiers.SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(tiers.SLOW)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture of the test, module- and session-scoped ones included: a fast-tier test that starts a
+    worker or a server then fails loudly (``tiers.starting``)."""
+    tiers.running(None if item.get_closest_marker("slow") else item.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    tiers.running(None)  # fixtures torn down now (a session's servers after its last test) stop, never start
 
 
 @pytest.fixture(scope="session")

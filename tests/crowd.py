@@ -32,6 +32,7 @@ from sqlalchemy import select
 from db.engine import make_engine, make_sessionmaker
 from db.models import Job
 from game.jobs import FINAL, JobStatus
+from tests import tiers
 from tests.discord_double import DiscordDouble, Guild, InteractionHandle, Member, member
 from tests.redis_server import RedisServer
 from tests.workers import REPO, Worker, settings_for, start_worker, worker_env
@@ -70,6 +71,7 @@ class BotProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> BotProcess:
+        tiers.starting("a bot process")
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests import tiers
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -32,6 +34,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/{db}"
 
     def start(self) -> None:
+        tiers.starting("a Redis server")
         persistence = ["--appendonly", "yes"] if self.persist else ["--appendonly", "no"]
         subprocess.run(
             [

@@ -23,6 +23,7 @@ from celery.result import AsyncResult
 
 from animegamer.settings import Settings
 from game.contract import TASK_NAME, TurnRequest
+from tests import tiers
 from worker.celery_app import make_celery
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +32,7 @@ WORKER_START_SECONDS = 120
 
 
 def redis_url_or_skip() -> str:
+    tiers.starting("a connection to Redis")
     url = os.environ.get("ANIMEGAMER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     import redis
 
@@ -97,6 +99,7 @@ def start_worker(env: dict[str, str], module: str = "animegamer") -> Worker:
 
     ``module`` runs instead of ``animegamer`` (e.g. ``tests.faulty_worker``, whose pipeline hangs on request).
     """
+    tiers.starting("a worker process")
     log = Path(env["ANIMEGAMER_DATA_DIR"]) / f"worker-{uuid.uuid4().hex[:6]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:

@@ -1,9 +1,14 @@
-"""The bot under test: the real AnimeGamerBot against the loopback double, a real SQLite file,
-and the session's real Celery worker (tiny model) on the SQLite broker."""
+"""The bot under test: the real AnimeGamerBot against the loopback double and a real SQLite file.
+
+Two ways to run it. ``bot_settings`` (the fast tier): the bot's own embedded queue in the test's folder, a real
+Celery queue over SQLite that no worker consumes, so a turn sent there stays queued and costs no CPU.
+``worker_settings`` (the slow tier): the session's real worker (tiny model), so turns are made and posted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,24 +22,32 @@ from db.engine import make_engine, make_sessionmaker
 from db.models import Character, Job, Turn
 from tests.discord_double import DiscordDouble
 from tests.workers import Worker, settings_for
+from worker.celery_app import make_celery
+
+QUICK = {"delivery_poll_seconds": 0.1, "progress_edit_seconds": 1.0}  # a bot that moves jobs every 0.1 s
 
 
 def settings_beside(worker: Worker, folder: Path, **changes: object) -> Settings:
     """A bot's settings for ``worker``'s queue: a database and clip folder in ``folder``, a quick supervisor."""
     return settings_for(worker.env).model_copy(
-        update={
-            "database_url": f"sqlite+aiosqlite:///{folder}/game.db",
-            "data_dir": folder,
-            "delivery_poll_seconds": 0.1,
-            "progress_edit_seconds": 1.0,
-            **changes,
-        }
+        update={"database_url": f"sqlite+aiosqlite:///{folder}/game.db", "data_dir": folder, **QUICK, **changes}
     )
 
 
+def idle_settings(folder: Path, **changes: object) -> Settings:
+    """A bot's settings with its embedded queue in ``folder``, consumed by no worker, and the tiny model."""
+    return Settings(data_dir=folder, model="tiny", queue=f"test-{uuid.uuid4().hex[:8]}", **QUICK, **changes)
+
+
 @pytest.fixture
-def bot_settings(sqlite_worker: Worker, tmp_path: Path) -> Settings:
-    """The session worker's queue, this test's own database and clip folder."""
+def bot_settings(tmp_path: Path) -> Settings:
+    """This test's own database, clip folder and idle embedded queue: no worker makes its turns."""
+    return idle_settings(tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path}/game.db")
+
+
+@pytest.fixture
+def worker_settings(sqlite_worker: Worker, tmp_path: Path) -> Settings:
+    """The session worker's queue, this test's own database and clip folder: turns are made and posted."""
     return settings_beside(sqlite_worker, tmp_path)
 
 
@@ -45,8 +58,11 @@ async def double() -> AsyncIterator[DiscordDouble]:
 
 
 @asynccontextmanager
-async def running_bot(double: DiscordDouble, settings: Settings, worker: Worker) -> AsyncIterator[AnimeGamerBot]:
-    bot = AnimeGamerBot(settings, celery_app=worker.app)
+async def running_bot(
+    double: DiscordDouble, settings: Settings, worker: Worker | None = None
+) -> AsyncIterator[AnimeGamerBot]:
+    """The bot on ``worker``'s queue, or on ``settings``' own one, connected to the double until the block ends."""
+    bot = AnimeGamerBot(settings, celery_app=worker.app if worker is not None else make_celery(settings))
     async with double.running(bot, timeout=30):
         yield bot
 

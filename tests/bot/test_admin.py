@@ -80,8 +80,8 @@ async def admin(double, command: str, options: dict | None = None, user=MOD) -> 
 # -- who may use /admin ---------------------------------------------------------------------------------
 
 
-async def test_admin_is_hidden_by_default_from_members_without_manage_server(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_admin_is_hidden_by_default_from_members_without_manage_server(double, bot_settings):
+    async with running_bot(double, bot_settings):
         (schema,) = [c for c in double.commands[None] if c["name"] == "admin"]
     assert int(schema["default_member_permissions"]) == MANAGE_GUILD
     assert schema["contexts"] == [0]  # servers only, never DMs
@@ -89,10 +89,10 @@ async def test_admin_is_hidden_by_default_from_members_without_manage_server(dou
 
 @pytest.mark.parametrize(("command", "options", "action"), ADMIN_COMMANDS, ids=[c[0] for c in ADMIN_COMMANDS])
 async def test_admin_command_is_refused_without_manage_server_and_changes_nothing(
-    double, bot_settings, sqlite_worker, command, options, action
+    double, bot_settings, command, options, action
 ):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         job_id = await prepare(bot_settings, guild, paused=command == "resume")
         before = await snapshot(bot_settings)
         handle = await double.slash(f"admin {command}", _options(options, guild), user=HELPER)
@@ -103,10 +103,10 @@ async def test_admin_command_is_refused_without_manage_server_and_changes_nothin
 
 @pytest.mark.parametrize(("command", "options", "action"), ADMIN_COMMANDS, ids=[c[0] for c in ADMIN_COMMANDS])
 async def test_admin_command_works_with_manage_server_and_audits_what_it_changed(
-    double, bot_settings, sqlite_worker, command, options, action
+    double, bot_settings, command, options, action
 ):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await prepare(bot_settings, guild, paused=command == "resume")
         text = await admin(double, command, _options(options, guild))
     assert "Manage Server" not in text
@@ -119,8 +119,8 @@ async def test_admin_command_works_with_manage_server_and_audits_what_it_changed
         assert utcnow() - when < timedelta(minutes=1)
 
 
-async def test_an_administrator_without_manage_server_may_use_admin(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_an_administrator_without_manage_server_may_use_admin(double, bot_settings):
+    async with running_bot(double, bot_settings):
         text = await admin(double, "pause", user=ROOT)
     assert text == "Generation is paused."
 
@@ -128,15 +128,15 @@ async def test_an_administrator_without_manage_server_may_use_admin(double, bot_
 # -- ban and unban --------------------------------------------------------------------------------------
 
 
-async def test_ban_of_a_banned_member_updates_the_reason(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_ban_of_a_banned_member_updates_the_reason(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "ban", {"user": ALICE, "reason": "spam"})
         text = await admin(double, "ban", {"user": ALICE, "reason": "still spamming"})
     assert "already banned" in text
     assert await read_db(bot_settings, select(Ban.user_id, Ban.reason)) == [(ALICE.id, "still spamming")]
 
 
-async def test_unban_lets_the_member_play_again(double, bot_settings, sqlite_worker, tmp_path):
+async def test_unban_lets_the_member_play_again(double, bot_settings, tmp_path):
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await admin(double, "ban", {"user": ALICE})
         assert await admin(double, "unban", {"user": ALICE}) == f"<@{ALICE.id}> may play again."
@@ -146,8 +146,8 @@ async def test_unban_lets_the_member_play_again(double, bot_settings, sqlite_wor
     assert await read_db(bot_settings, select(Ban.id)) == []
 
 
-async def test_unban_of_a_member_who_is_not_banned_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_unban_of_a_member_who_is_not_banned_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         handle = await double.slash("admin unban", {"user": BOB}, user=MOD)
         refusal(await handle.answer(), "is not banned")
     assert await read_db(bot_settings, select(AuditLog.id)) == []
@@ -156,38 +156,38 @@ async def test_unban_of_a_member_who_is_not_banned_is_refused(double, bot_settin
 # -- blocked terms --------------------------------------------------------------------------------------
 
 
-async def test_terms_are_stored_in_lower_case_with_single_spaces_and_listed(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_terms_are_stored_in_lower_case_with_single_spaces_and_listed(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "terms add", {"term": "  Night   SKY "})
         await admin(double, "terms add", {"term": "Dragon"})
         text = await admin(double, "terms list")
     assert text == "`dragon`, `night sky`"
 
 
-async def test_terms_add_twice_says_it_was_already_blocked(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_terms_add_twice_says_it_was_already_blocked(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "terms add", {"term": "dragon"})
         text = await admin(double, "terms add", {"term": "DRAGON"})
     assert text == "That term was already blocked."
     assert await read_db(bot_settings, select(BlockedTerm.term)) == [("dragon",)]
 
 
-async def test_terms_add_of_only_spaces_is_refused_instead_of_blocking_everything(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_terms_add_of_only_spaces_is_refused_instead_of_blocking_everything(double, bot_settings):
+    async with running_bot(double, bot_settings):
         handle = await double.slash("admin terms add", {"term": "   "}, user=MOD)
         refusal(await handle.answer(), "blocked term", "empty")
     assert await read_db(bot_settings, select(BlockedTerm.id)) == []
 
 
-async def test_terms_remove_matches_ignoring_case_and_spacing(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_terms_remove_matches_ignoring_case_and_spacing(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "terms add", {"term": "night sky"})
         assert await admin(double, "terms remove", {"term": " NIGHT  sky"}) == "Unblocked."
     assert await read_db(bot_settings, select(BlockedTerm.id)) == []
 
 
-async def test_terms_remove_of_a_term_not_blocked_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_terms_remove_of_a_term_not_blocked_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         handle = await double.slash("admin terms remove", {"term": "dragon"}, user=MOD)
         refusal(await handle.answer(), "not blocked", "/admin terms list")
 
@@ -195,30 +195,30 @@ async def test_terms_remove_of_a_term_not_blocked_is_refused(double, bot_setting
 # -- channels -------------------------------------------------------------------------------------------
 
 
-async def test_channels_list_says_every_channel_while_none_is_listed(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_channels_list_says_every_channel_while_none_is_listed(double, bot_settings):
+    async with running_bot(double, bot_settings):
         assert await admin(double, "channels list") == "Every channel (none is listed)."
 
 
-async def test_channels_allow_lists_the_channel(bot_settings, sqlite_worker):
+async def test_channels_allow_lists_the_channel(bot_settings):
     play = Channel("play")
     guild = Guild(channels=[Channel("general"), play])
-    async with DiscordDouble([guild]) as double, running_bot(double, bot_settings, sqlite_worker):
+    async with DiscordDouble([guild]) as double, running_bot(double, bot_settings):
         await admin(double, "channels allow", {"channel": play})
         assert await admin(double, "channels list") == f"<#{play.id}>"
 
 
-async def test_channels_deny_of_the_last_listed_channel_opens_every_channel(double, bot_settings, sqlite_worker):
+async def test_channels_deny_of_the_last_listed_channel_opens_every_channel(double, bot_settings):
     channel = double.guild.channel
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await admin(double, "channels allow", {"channel": channel})
         text = await admin(double, "channels deny", {"channel": channel})
         assert "everywhere" in text
         assert await admin(double, "channels list") == "Every channel (none is listed)."
 
 
-async def test_channels_deny_of_a_channel_not_listed_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_channels_deny_of_a_channel_not_listed_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         handle = await double.slash("admin channels deny", {"channel": double.guild.channel}, user=MOD)
         refusal(await handle.answer(), "not on the allowed list")
 
@@ -226,15 +226,15 @@ async def test_channels_deny_of_a_channel_not_listed_is_refused(double, bot_sett
 # -- quota, pause, resume -------------------------------------------------------------------------------
 
 
-async def test_quota_without_options_shows_the_limits_and_audits_nothing(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_quota_without_options_shows_the_limits_and_audits_nothing(double, bot_settings):
+    async with running_bot(double, bot_settings):
         text = await admin(double, "quota")
     assert text == "20 turns per player per hour; at most 10 turns in flight on this server."
     assert await read_db(bot_settings, select(AuditLog.id)) == []
 
 
-async def test_quota_sets_either_limit_alone(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_quota_sets_either_limit_alone(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "quota", {"turns_per_hour": 3})
         text = await admin(double, "quota", {"max_queued": 4})
     assert text.startswith("3 turns per player per hour; at most 4 turns")
@@ -242,29 +242,29 @@ async def test_quota_sets_either_limit_alone(double, bot_settings, sqlite_worker
     assert limits == [(3, 4)]
 
 
-async def test_history_without_a_window_shows_it_and_audits_nothing(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_history_without_a_window_shows_it_and_audits_nothing(double, bot_settings):
+    async with running_bot(double, bot_settings):
         text = await admin(double, "history")
     assert text == "Each turn is made with no past turns."
     assert await read_db(bot_settings, select(AuditLog.id)) == []
 
 
-async def test_history_sets_the_servers_window(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_history_sets_the_servers_window(double, bot_settings):
+    async with running_bot(double, bot_settings):
         text = await admin(double, "history", {"window": 3})
     assert text == "Each turn is made with the 2 turns before it."
     assert await read_db(bot_settings, select(GuildSettings.history_window)) == [(3,)]
     assert await read_db(bot_settings, select(AuditLog.action, AuditLog.details)) == [("history", "3")]
 
 
-async def test_pause_twice_says_it_already_was_and_audits_once(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_pause_twice_says_it_already_was_and_audits_once(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "pause")
         assert await admin(double, "pause") == "Generation was already paused."
     assert await read_db(bot_settings, select(AuditLog.action)) == [("pause",)]
 
 
-async def test_resume_lets_play_again(double, bot_settings, sqlite_worker, tmp_path):
+async def test_resume_lets_play_again(double, bot_settings, tmp_path):
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await admin(double, "pause")
         assert await admin(double, "resume") == "Generation is running."
@@ -277,11 +277,9 @@ async def test_resume_lets_play_again(double, bot_settings, sqlite_worker, tmp_p
 # -- purge, audit, stats --------------------------------------------------------------------------------
 
 
-async def test_purge_deletes_the_members_characters_turns_jobs_and_clips_and_nobody_elses(
-    double, bot_settings, sqlite_worker
-):
+async def test_purge_deletes_the_members_characters_turns_jobs_and_clips_and_nobody_elses(double, bot_settings):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         alices = [await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)]
         alices.append(await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, character="Sosuke"))
         bobs = await seed_turn(bot_settings, guild.id, guild.channel.id, BOB.id, done=True)
@@ -295,8 +293,8 @@ async def test_purge_deletes_the_members_characters_turns_jobs_and_clips_and_nob
     assert len(await read_db(bot_settings, select(Turn.id))) == 1
 
 
-async def test_audit_shows_who_did_what_and_when_newest_first(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_audit_shows_who_did_what_and_when_newest_first(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await admin(double, "ban", {"user": ALICE, "reason": "**spam**"})
         await admin(double, "terms add", {"term": "dragon"})
         text = await admin(double, "audit")
@@ -306,16 +304,14 @@ async def test_audit_shows_who_did_what_and_when_newest_first(double, bot_settin
     assert newest.startswith("<t:") and newest.split(" ")[0].endswith(":f>")
 
 
-async def test_audit_of_a_server_with_no_actions_says_so(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_audit_of_a_server_with_no_actions_says_so(double, bot_settings):
+    async with running_bot(double, bot_settings):
         assert await admin(double, "audit") == "No admin actions yet."
 
 
-async def test_stats_counts_players_turns_today_the_queue_and_the_average_turn_time(
-    double, bot_settings, sqlite_worker
-):
+async def test_stats_counts_players_turns_today_the_queue_and_the_average_turn_time(double, bot_settings):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
         await seed_turn(bot_settings, guild.id, guild.channel.id, BOB.id)
         async with db_session(bot_settings) as session:  # the finished turn took 30 s from queued to done

@@ -59,25 +59,21 @@ async def open_continue_form(double, job_id: int, user=ALICE) -> tuple[str, str]
 
 
 @pytest.mark.parametrize("motion", ["wave at <@1234567890>", "wave at @everyone", "greet <@&42> and <#7>"])
-async def test_an_instruction_with_a_mention_is_refused_and_pings_nobody(double, bot_settings, sqlite_worker, motion):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_an_instruction_with_a_mention_is_refused_and_pings_nobody(double, bot_settings, motion):
+    async with running_bot(double, bot_settings):
         await refused_act(double, bot_settings, {"motion": motion, "background": "town"}, "Motion contains")
 
 
 @pytest.mark.parametrize("motion", ["**fly** high", "fly `high`", "fly ~~low~~", "fly ||high||", "# fly", "> fly"])
-async def test_an_instruction_with_markdown_is_refused_naming_the_character(
-    double, bot_settings, sqlite_worker, motion
-):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_an_instruction_with_markdown_is_refused_naming_the_character(double, bot_settings, motion):
+    async with running_bot(double, bot_settings):
         text = await refused_act(double, bot_settings, {"motion": motion, "background": "town"}, "Motion contains")
     assert "letters, digits and simple punctuation" in text
 
 
 @pytest.mark.parametrize("char", ["\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad"])
-async def test_an_instruction_with_an_invisible_character_is_refused_showing_its_code(
-    double, bot_settings, sqlite_worker, char
-):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_an_instruction_with_an_invisible_character_is_refused_showing_its_code(double, bot_settings, char):
+    async with running_bot(double, bot_settings):
         motion = f"gently fly{char} on broomstick"
         await refused_act(double, bot_settings, {"motion": motion, "background": "sky"}, f"U+{ord(char):04X}")
 
@@ -90,10 +86,8 @@ async def test_an_instruction_with_an_invisible_character_is_refused_showing_its
     ],
     ids=["field", "line"],
 )
-async def test_a_4000_character_instruction_is_refused_without_echoing_it(
-    double, bot_settings, sqlite_worker, options, said
-):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_4000_character_instruction_is_refused_without_echoing_it(double, bot_settings, options, said):
+    async with running_bot(double, bot_settings):
         text = await refused_act(double, bot_settings, options, said)
     assert "aaaa" not in text
 
@@ -107,21 +101,21 @@ async def test_a_4000_character_instruction_is_refused_without_echoing_it(
     ],
     ids=["motion", "background", "line"],
 )
-async def test_an_instruction_of_only_spaces_is_refused(double, bot_settings, sqlite_worker, options, said):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_an_instruction_of_only_spaces_is_refused(double, bot_settings, options, said):
+    async with running_bot(double, bot_settings):
         await refused_act(double, bot_settings, options, said)
 
 
-async def test_a_character_name_of_only_spaces_or_markup_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_character_name_of_only_spaces_or_markup_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         for name, said in (("    ", "The name is empty"), ("<@1234>", "The name contains")):
             handle = await double.slash("start", {"character": name}, user=ALICE)
             refusal(await handle.answer(), said)
     assert await read_db(bot_settings, select(Job.id)) == []
 
 
-async def test_a_time_typed_past_the_suggestions_is_refused_with_the_choices(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_time_typed_past_the_suggestions_is_refused_with_the_choices(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await refused_act(
             double, bot_settings, {"motion": "wave", "background": "town", "time": "teatime"}, "Time must be one of"
         )
@@ -141,8 +135,8 @@ async def test_a_time_typed_past_the_suggestions_is_refused_with_the_choices(dou
         ("start", "character"),
     ],
 )
-async def test_autocomplete_fed_nonsense_suggests_nothing(double, bot_settings, sqlite_worker, command, option):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_autocomplete_fed_nonsense_suggests_nothing(double, bot_settings, command, option):
+    async with running_bot(double, bot_settings):
         handle = await double.autocomplete(command, option, NONSENSE, user=ALICE)
         assert await handle.choices() == []
         sane = await double.autocomplete(command, option, "", user=ALICE)
@@ -152,9 +146,9 @@ async def test_autocomplete_fed_nonsense_suggests_nothing(double, bot_settings, 
 # -- turns that were purged, or belong elsewhere --------------------------------------------------------
 
 
-async def test_a_button_under_a_purged_turn_says_the_turn_is_gone(double, bot_settings, sqlite_worker):
+async def test_a_button_under_a_purged_turn_says_the_turn_is_gone(double, bot_settings):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         job_id = await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
         await purge(double)
         for action in ("reroll", "continue", "details"):
@@ -163,11 +157,9 @@ async def test_a_button_under_a_purged_turn_says_the_turn_is_gone(double, bot_se
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_a_continue_form_sent_after_its_turn_was_purged_says_the_turn_is_gone(
-    double, bot_settings, sqlite_worker
-):
+async def test_a_continue_form_sent_after_its_turn_was_purged_says_the_turn_is_gone(double, bot_settings):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         job_id = await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
         form, box = await open_continue_form(double, job_id)
         await purge(double)
@@ -176,9 +168,9 @@ async def test_a_continue_form_sent_after_its_turn_was_purged_says_the_turn_is_g
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_a_button_under_a_turn_from_another_server_is_refused(bot_settings, sqlite_worker):
+async def test_a_button_under_a_turn_from_another_server_is_refused(bot_settings):
     here, there = Guild("here"), Guild("there")
-    async with DiscordDouble([here, there]) as double, running_bot(double, bot_settings, sqlite_worker):
+    async with DiscordDouble([here, there]) as double, running_bot(double, bot_settings):
         job_id = await seed_turn(bot_settings, there.id, there.channel.id, ALICE.id, done=True)
         await start(double)  # Alice plays here too
         click = await double.button(None, f"ag:turn:{job_id}:reroll", user=ALICE)  # a message in "here"
@@ -186,8 +178,8 @@ async def test_a_button_under_a_turn_from_another_server_is_refused(bot_settings
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
-async def test_a_button_with_an_impossible_job_id_says_the_turn_is_gone(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_button_with_an_impossible_job_id_says_the_turn_is_gone(double, bot_settings):
+    async with running_bot(double, bot_settings):
         click = await double.button(None, "ag:turn:" + "9" * 30 + ":details", user=ALICE)
         refusal(await click.answer(), "no longer exists")
 
@@ -195,7 +187,7 @@ async def test_a_button_with_an_impossible_job_id_says_the_turn_is_gone(double, 
 # -- a form sent twice ----------------------------------------------------------------------------------
 
 
-async def test_a_continue_form_sent_twice_at_once_makes_one_turn(double, bot_settings, sqlite_worker, tmp_path):
+async def test_a_continue_form_sent_twice_at_once_makes_one_turn(double, bot_settings, tmp_path):
     guild = double.guild
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         job_id = await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
@@ -211,9 +203,7 @@ async def test_a_continue_form_sent_twice_at_once_makes_one_turn(double, bot_set
     assert statuses == [(JobStatus.DONE,), (JobStatus.QUEUED,)]
 
 
-async def test_a_continue_form_sent_again_after_its_turn_was_queued_gets_an_answer(
-    double, bot_settings, sqlite_worker, tmp_path
-):
+async def test_a_continue_form_sent_again_after_its_turn_was_queued_gets_an_answer(double, bot_settings, tmp_path):
     guild = double.guild
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         job_id = await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)

@@ -18,8 +18,8 @@ async def start(double) -> None:
     await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
 
 
-async def test_status_shows_the_card_privately_with_the_gauges(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_status_shows_the_card_privately_with_the_gauges(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         body = shown(await (await double.slash("status", user=ALICE)).answer())
     assert body["flags"] & 64
@@ -28,17 +28,17 @@ async def test_status_shows_the_card_privately_with_the_gauges(double, bot_setti
 
 
 @pytest.mark.slow
-async def test_history_lists_the_last_turns(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_history_lists_the_last_turns(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start(double)
         await accepted(await double.slash("act", {"motion": "gently wave", "background": "day town"}, user=ALICE))
-        await wait_for_db(bot_settings, select(Turn.stamina_after), lambda rows: rows and rows[0][0] is not None)
+        await wait_for_db(worker_settings, select(Turn.stamina_after), lambda rows: rows and rows[0][0] is not None)
         text = private_text(await (await double.slash("history", user=ALICE)).answer())
     assert "gently wave" in text
 
 
-async def test_reset_asks_first_and_then_starts_over(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_reset_asks_first_and_then_starts_over(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         engine = make_engine(bot_settings.database_url)
         async with make_sessionmaker(engine)() as session, session.begin():
@@ -55,7 +55,7 @@ async def test_reset_asks_first_and_then_starts_over(double, bot_settings, sqlit
         await wait_for_db(bot_settings, select(Character.stamina, Character.social), lambda r: r == [(50, 50)])
 
 
-async def test_reset_without_a_character_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_reset_without_a_character_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         text = private_text(await (await double.slash("reset", user=ALICE)).answer())
     assert "/start" in text

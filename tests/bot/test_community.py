@@ -46,8 +46,8 @@ async def play_a_week(double, settings, tmp_path) -> None:
     await add_finished_turns(settings, story_clips(tmp_path / "clips", turns=2))  # seq 1 Bob's, seq 2 Carol's
 
 
-async def test_a_profile_shows_turns_stories_and_favourite_actions(double, bot_settings, sqlite_worker, tmp_path):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_profile_shows_turns_stories_and_favourite_actions(double, bot_settings, tmp_path):
+    async with running_bot(double, bot_settings):
         await play_a_week(double, bot_settings, tmp_path)
         (followup,) = await (await double.slash("profile", user=BOB)).followups()
         (alice,) = await (await double.slash("profile", {"player": ALICE}, user=BOB)).followups()
@@ -58,8 +58,8 @@ async def test_a_profile_shows_turns_stories_and_favourite_actions(double, bot_s
     assert fields(followup)["turns played"] == "1"  # Bob's own
 
 
-async def test_the_board_ranks_this_weeks_players_and_stories(double, bot_settings, sqlite_worker, tmp_path):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_the_board_ranks_this_weeks_players_and_stories(double, bot_settings, tmp_path):
+    async with running_bot(double, bot_settings):
         await play_a_week(double, bot_settings, tmp_path)
         (followup,) = await (await double.slash("board", user=CAROL)).followups()
     told = fields(followup)
@@ -68,8 +68,8 @@ async def test_the_board_ranks_this_weeks_players_and_stories(double, bot_settin
     assert bar_widths(picture(followup)) == [180, 60, 60, 180]  # players 3, 1, 1; the story's 2
 
 
-async def test_a_profile_of_someone_who_never_played_here_is_refused_privately(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_profile_of_someone_who_never_played_here_is_refused_privately(double, bot_settings):
+    async with running_bot(double, bot_settings):
         handle = await double.slash("profile", {"player": member("dora")}, user=ALICE)
         text = private_text(await handle.answer())
     assert "has no character on this server" in text

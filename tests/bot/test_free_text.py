@@ -115,9 +115,9 @@ def allows_pings(call: Any, player_id: int) -> bool:
 
 @pytest.mark.slow
 def test_any_unicode_in_any_free_text_option_is_answered_in_time_stored_clean_and_pings_nobody(
-    bot_settings, sqlite_worker, tmp_path: Path
+    worker_settings, sqlite_worker, tmp_path: Path
 ):
-    running = BotThread(bot_settings, idle_queue(bot_settings, tmp_path))
+    running = BotThread(worker_settings, idle_queue(worker_settings, tmp_path))
     try:
 
         @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -132,7 +132,7 @@ def test_any_unicode_in_any_free_text_option_is_answered_in_time_stored_clean_an
     finally:
         running.stop()
 
-    for value in stored_text(bot_settings):
+    for value in stored_text(worker_settings):
         hidden = [f"U+{ord(c):04X}" for c in value if unicodedata.category(c) in INVISIBLE]
         assert not hidden, f"stored text {value!r} holds {hidden}"
     writes = [

@@ -30,74 +30,74 @@ async def act(double: DiscordDouble) -> None:
     await accepted(await double.slash("act", {"motion": "gently lie down", "background": "day grass"}, user=ALICE))
 
 
-async def test_a_restart_with_unchanged_commands_does_not_sync_again(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_restart_with_unchanged_commands_does_not_sync_again(double, bot_settings):
+    async with running_bot(double, bot_settings):
         pass
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         pass
     assert double.sync_count == 1
 
 
 @pytest.mark.slow
 async def test_a_bot_stopped_while_its_turn_runs_posts_the_clip_once_after_restarting(
-    double, bot_settings, sqlite_worker
+    double, worker_settings, sqlite_worker
 ):
-    async with running_bot(double, bot_settings, sqlite_worker) as bot:
+    async with running_bot(double, worker_settings, sqlite_worker) as bot:
         await act(double)
-        await wait_for_db(bot_settings, select(Job.id), lambda rows: len(rows) == 1)
+        await wait_for_db(worker_settings, select(Job.id), lambda rows: len(rows) == 1)
         await bot.supervisor.stop()  # the process dies before it sees the result
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await double.wait_for("POST", CLIP_POSTS, timeout=90)
-        await wait_for_db(bot_settings, select(Job.result_message_id), lambda rows: rows[0][0] is not None)
+        await wait_for_db(worker_settings, select(Job.result_message_id), lambda rows: rows[0][0] is not None)
         await asyncio.sleep(1.0)  # a few more delivery ticks: nothing else may be posted
     assert len(clip_posts(double)) == 1
 
 
 @pytest.mark.slow
-async def test_a_bot_killed_between_posting_and_recording_does_not_post_twice(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_bot_killed_between_posting_and_recording_does_not_post_twice(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await act(double)
-        rows = await wait_for_db(bot_settings, select(Job.id, Job.result_message_id), lambda r: r and r[0][1])
+        rows = await wait_for_db(worker_settings, select(Job.id, Job.result_message_id), lambda r: r and r[0][1])
     # As if the bot died after Discord made the message but before the database heard of it:
-    engine = make_engine(bot_settings.database_url)
+    engine = make_engine(worker_settings.database_url)
     async with make_sessionmaker(engine)() as session, session.begin():
         await session.execute(update(Job).values(result_message_id=None))
     await engine.dispose()
 
-    async with running_bot(double, bot_settings, sqlite_worker):
-        again = await wait_for_db(bot_settings, select(Job.result_message_id), lambda r: r[0][0] is not None)
+    async with running_bot(double, worker_settings, sqlite_worker):
+        again = await wait_for_db(worker_settings, select(Job.result_message_id), lambda r: r[0][0] is not None)
     assert again[0][0] == rows[0][1]  # Discord answered the repeated nonce with the first message
     assert len([m for m in double.messages() if any(a["filename"].endswith(".mp4") for a in m.attachments)]) == 1
 
 
 @pytest.mark.slow
-async def test_the_reroll_button_works_after_a_restart(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_the_reroll_button_works_after_a_restart(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await act(double)
         ((job_id, message_id),) = await wait_for_db(
-            bot_settings, select(Job.id, Job.result_message_id), lambda r: r and r[0][1]
+            worker_settings, select(Job.id, Job.result_message_id), lambda r: r and r[0][1]
         )
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         click = await double.button(message_id, f"ag:turn:{job_id}:reroll", user=ALICE)
         await accepted(click)
         jobs = await wait_for_db(
-            bot_settings, select(Job.kind, Job.status, Job.result_message_id), lambda r: len(r) == 2 and r[1][2]
+            worker_settings, select(Job.kind, Job.status, Job.result_message_id), lambda r: len(r) == 2 and r[1][2]
         )
     assert jobs[1][:2] == ("reroll", JobStatus.DONE)
     assert len(clip_posts(double)) == 2
 
 
-async def test_two_shards_connect_when_shard_count_is_two(bot_settings, sqlite_worker):
+async def test_two_shards_connect_when_shard_count_is_two(bot_settings):
     async with DiscordDouble(shard_count=2) as double:
         settings = bot_settings.model_copy(update={"shard_count": 2})
-        async with running_bot(double, settings, sqlite_worker) as bot:
+        async with running_bot(double, settings) as bot:
             assert bot.shard_count == 2
             assert sorted(double.shards) == [0, 1]
 
 
-async def test_the_bot_reaches_discord_through_the_configured_proxy_urls(bot_settings, sqlite_worker):
+async def test_the_bot_reaches_discord_through_the_configured_proxy_urls(worker_settings, sqlite_worker):
     async with DiscordDouble() as double:
-        settings = bot_settings.model_copy(
+        settings = worker_settings.model_copy(
             update={"discord_api_base": double.api_base, "discord_gateway_url": double.gateway_url}
         )
         bot = AnimeGamerBot(settings, celery_app=sqlite_worker.app)

@@ -63,10 +63,10 @@ async def until(predicate, what: str, timeout: float = 15.0) -> None:
 
 
 async def test_the_endpoint_after_a_played_turn_shows_each_first_answer_timed_and_the_turn_done_once(
-    double, bot_settings, sqlite_worker: Worker
+    double, worker_settings, sqlite_worker: Worker
 ):
     port = free_port()
-    settings = bot_settings.model_copy(update={"metrics_port": port, "metrics_address": "127.0.0.1"})
+    settings = worker_settings.model_copy(update={"metrics_port": port, "metrics_address": "127.0.0.1"})
     async with running_bot(double, settings, sqlite_worker):
         await play(double)
         ((job_id, message_id),) = await wait_for_db(
@@ -115,34 +115,34 @@ async def test_a_turn_that_fails_is_counted_failed_once(sqlite_worker, tmp_path)
         assert turns(bot) == only("failed")
 
 
-async def test_each_post_retried_after_a_passing_failure_is_counted(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker) as bot:
+async def test_each_post_retried_after_a_passing_failure_is_counted(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker) as bot:
         double.fail("POST", CLIP_POSTS, status=503, times=2)
         await play(double)
-        await wait_for_db(bot_settings, select(Job.result_message_id), lambda rows: rows and rows[0][0], timeout=90)
+        await wait_for_db(worker_settings, select(Job.result_message_id), lambda rows: rows and rows[0][0], timeout=90)
         assert sample(bot, "animegamer_delivery_retries_total") == 2
         assert sample(bot, "animegamer_delivery_undeliverable_total") == 0
 
 
-async def test_a_post_refused_for_good_is_counted_undeliverable_not_retried(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker) as bot:
+async def test_a_post_refused_for_good_is_counted_undeliverable_not_retried(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker) as bot:
         double.fail("POST", CLIP_POSTS, status=403, code=50013, times=None)
         await play(double)
         await wait_for_db(
-            bot_settings, select(Job.result_message_id), lambda rows: rows and rows[0][0] is not None, timeout=90
+            worker_settings, select(Job.result_message_id), lambda rows: rows and rows[0][0] is not None, timeout=90
         )
         await until(lambda: sample(bot, "animegamer_delivery_undeliverable_total") == 1, "the post given up")
         assert sample(bot, "animegamer_delivery_retries_total") == 0
 
 
 async def test_the_log_has_one_line_for_each_step_of_a_turn_naming_its_job_and_not_its_words(
-    double, bot_settings, sqlite_worker: Worker, caplog
+    double, worker_settings, sqlite_worker: Worker, caplog
 ):
     caplog.set_level(logging.INFO)
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await play(double)
         ((job_id, task_id, _),) = await wait_for_db(
-            bot_settings, select(Job.id, Job.task_id, Job.result_message_id), lambda rows: rows and rows[0][2]
+            worker_settings, select(Job.id, Job.task_id, Job.result_message_id), lambda rows: rows and rows[0][2]
         )
     said = [record.getMessage() for record in caplog.records]
     for step in ("queued", "sent to", "started", "done in", "posted as"):

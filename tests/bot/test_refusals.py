@@ -43,8 +43,8 @@ async def act(double, user=ALICE, **options):
     return await double.slash("act", options or FLY, user=user)
 
 
-async def test_a_banned_member_is_told_so_with_the_reason_and_nobody_is_pinged(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_banned_member_is_told_so_with_the_reason_and_nobody_is_pinged(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "ban", {"user": ALICE, "reason": "spamming @everyone"})
         handle = await act(double)
@@ -52,8 +52,8 @@ async def test_a_banned_member_is_told_so_with_the_reason_and_nobody_is_pinged(d
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_a_blocked_term_is_refused_ignoring_case_without_repeating_it(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_blocked_term_is_refused_ignoring_case_without_repeating_it(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "terms add", {"term": "BroomStick"})
         handle = await act(double, motion="gently fly on bROOMstick", background="night sky")
@@ -62,8 +62,8 @@ async def test_a_blocked_term_is_refused_ignoring_case_without_repeating_it(doub
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_a_blocked_term_is_checked_on_a_whole_instruction_line_too(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_blocked_term_is_checked_on_a_whole_instruction_line_too(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "terms add", {"term": "night sky"})
         line = "Character: Qiqi; Motion: gently fly on broomstick; Background: NIGHT   sky"
@@ -72,9 +72,7 @@ async def test_a_blocked_term_is_checked_on_a_whole_instruction_line_too(double,
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_a_blocked_term_that_is_also_a_label_of_the_grammar_does_not_block_every_turn(
-    bot_settings, sqlite_worker, tmp_path
-):
+async def test_a_blocked_term_that_is_also_a_label_of_the_grammar_does_not_block_every_turn(bot_settings, tmp_path):
     # The labels "Character:", "Motion:" and "Background:" are ours, not the player's words.
     async with DiscordDouble() as double, running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await start(double)
@@ -84,10 +82,10 @@ async def test_a_blocked_term_that_is_also_a_label_of_the_grammar_does_not_block
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
-async def test_play_in_a_channel_not_allowed_names_the_channels_that_are(bot_settings, sqlite_worker):
+async def test_play_in_a_channel_not_allowed_names_the_channels_that_are(bot_settings):
     play = Channel("play")
     guild = Guild(channels=[Channel("general"), play])
-    async with DiscordDouble([guild]) as double, running_bot(double, bot_settings, sqlite_worker):
+    async with DiscordDouble([guild]) as double, running_bot(double, bot_settings):
         await start(double)
         await admin(double, "channels allow", {"channel": play})
         handle = await act(double)  # in #general
@@ -95,9 +93,9 @@ async def test_play_in_a_channel_not_allowed_names_the_channels_that_are(bot_set
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_the_hourly_quota_says_when_it_resets(double, bot_settings, sqlite_worker):
+async def test_the_hourly_quota_says_when_it_resets(double, bot_settings):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "quota", {"turns_per_hour": 1})
         await seed_turn(bot_settings, guild.id, guild.channel.id, ALICE.id, done=True)
@@ -107,8 +105,8 @@ async def test_the_hourly_quota_says_when_it_resets(double, bot_settings, sqlite
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
-async def test_a_quota_of_zero_says_play_is_switched_off_not_when_it_resets(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_quota_of_zero_says_play_is_switched_off_not_when_it_resets(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "quota", {"turns_per_hour": 0})
         handle = await act(double)
@@ -117,7 +115,7 @@ async def test_a_quota_of_zero_says_play_is_switched_off_not_when_it_resets(doub
     assert await turns_and_jobs(bot_settings) == (0, 0)
 
 
-async def test_a_second_act_while_the_first_is_in_flight_is_refused(bot_settings, sqlite_worker, tmp_path):
+async def test_a_second_act_while_the_first_is_in_flight_is_refused(bot_settings, tmp_path):
     async with DiscordDouble() as double, running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)):
         await start(double)
         first = await act(double)
@@ -129,9 +127,9 @@ async def test_a_second_act_while_the_first_is_in_flight_is_refused(bot_settings
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
-async def test_a_full_server_queue_is_refused_with_its_size(double, bot_settings, sqlite_worker):
+async def test_a_full_server_queue_is_refused_with_its_size(double, bot_settings):
     guild = double.guild
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "quota", {"max_queued": 1})
         await seed_turn(bot_settings, guild.id, guild.channel.id, BOB.id)  # Bob's turn fills the server's queue
@@ -140,8 +138,8 @@ async def test_a_full_server_queue_is_refused_with_its_size(double, bot_settings
     assert await turns_and_jobs(bot_settings) == (1, 1)
 
 
-async def test_paused_generation_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_paused_generation_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start(double)
         await admin(double, "pause")
         handle = await act(double)

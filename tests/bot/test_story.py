@@ -86,16 +86,16 @@ async def story_turn(double, settings, player, motion, background, done: int) ->
 
 @pytest.mark.slow
 async def test_three_players_turns_are_recorded_in_order_and_carry_the_storys_history(
-    double, bot_settings, sqlite_worker, tiny_pipeline
+    double, worker_settings, sqlite_worker, tiny_pipeline
 ):
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await begin_story(double)
-        await set_history_window(bot_settings, 3)
+        await set_history_window(worker_settings, 3)
         for done, (player, (motion, background)) in enumerate(zip(PLAYERS, MOVES, strict=True), start=1):
-            await story_turn(double, bot_settings, player, motion, background, done)
+            await story_turn(double, worker_settings, player, motion, background, done)
 
     rows = await read_db(
-        bot_settings,
+        worker_settings,
         select(Turn, Character.name)
         .join(Character)
         .where(Turn.story_id.is_not(None))
@@ -114,8 +114,8 @@ async def test_three_players_turns_are_recorded_in_order_and_carry_the_storys_hi
     assert alone.representation != carol.representation
 
 
-async def test_round_robin_refuses_a_player_out_of_turn(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_round_robin_refuses_a_player_out_of_turn(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await begin_story(double, order="round_robin")
         handle = await double.slash("story act", {"motion": "quickly run", "background": "town"}, user=PLAYERS[1])
         text = private_text(await handle.answer())
@@ -123,8 +123,8 @@ async def test_round_robin_refuses_a_player_out_of_turn(double, bot_settings, sq
     assert await read_db(bot_settings, select(Turn.id)) == []
 
 
-async def test_a_second_story_in_the_same_channel_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_second_story_in_the_same_channel_is_refused(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await begin_story(double)
         handle = await double.slash("story start", {"title": "Another"}, user=PLAYERS[1])
         text = private_text(await handle.answer())
@@ -133,11 +133,11 @@ async def test_a_second_story_in_the_same_channel_is_refused(double, bot_setting
 
 
 @pytest.mark.slow
-async def test_recap_posts_the_story_as_one_clip_and_a_link_free_summary(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_recap_posts_the_story_as_one_clip_and_a_link_free_summary(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await begin_story(double)
         for done, (player, (motion, background)) in enumerate(zip(PLAYERS[:2], MOVES[:2], strict=True), start=1):
-            await story_turn(double, bot_settings, player, motion, background, done)
+            await story_turn(double, worker_settings, player, motion, background, done)
         recap = await double.slash("story recap", user=PLAYERS[2])
         (followup,) = await recap.followups(timeout=60)
     (clip,) = [f for f in followup.files if f.filename.endswith(".mp4")]
@@ -152,12 +152,12 @@ async def test_recap_posts_the_story_as_one_clip_and_a_link_free_summary(double,
 
 
 async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encoding_again(
-    double, bot_settings, sqlite_worker, tmp_path
+    double, bot_settings, tmp_path
 ):
     settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 0})
     clips = story_clips(tmp_path / "made", turns=4)
     recaps = settings.data_dir / "recaps"
-    async with running_bot(double, settings, sqlite_worker):
+    async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, clips[:3])
         (first,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
@@ -174,11 +174,9 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
     assert len(list(recaps.iterdir())) == 1
 
 
-async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(
-    double, bot_settings, sqlite_worker, tmp_path
-):
+async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(double, bot_settings, tmp_path):
     recaps = bot_settings.data_dir / "recaps"
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await begin_story(double)
         await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=3))
         await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
@@ -187,11 +185,9 @@ async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_tu
         await double.wait_until(lambda: not list(recaps.iterdir()), 10, "the kept recap to be deleted")
 
 
-async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(
-    double, bot_settings, sqlite_worker, tmp_path
-):
+async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(double, bot_settings, tmp_path):
     settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 600})
-    async with running_bot(double, settings, sqlite_worker):
+    async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, story_clips(tmp_path / "made", turns=2))
         asked = time.time()
@@ -202,11 +198,11 @@ async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_whe
     assert asked + 590 < int(when) <= time.time() + 602
 
 
-async def test_other_commands_answer_while_a_recap_is_being_made(double, bot_settings, sqlite_worker, tmp_path):
+async def test_other_commands_answer_while_a_recap_is_being_made(double, bot_settings, tmp_path):
     clips = story_clips(tmp_path / "made", turns=12)
     limit = sum(path.stat().st_size for path in clips) // 3  # so the joined clip is re-encoded, for seconds
     settings = bot_settings.model_copy(update={"upload_limit_bytes": limit})
-    async with running_bot(double, settings, sqlite_worker):
+    async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, clips)
         recap = await double.slash("story recap", user=PLAYERS[2])
@@ -222,11 +218,9 @@ async def test_other_commands_answer_while_a_recap_is_being_made(double, bot_set
     assert decoded_frames(recap_clip(followup)) == 12 * FRAMES
 
 
-async def test_a_recap_too_large_to_attach_still_posts_the_summary_and_says_why(
-    double, bot_settings, sqlite_worker, tmp_path
-):
+async def test_a_recap_too_large_to_attach_still_posts_the_summary_and_says_why(double, bot_settings, tmp_path):
     settings = bot_settings.model_copy(update={"upload_limit_bytes": 1000})
-    async with running_bot(double, settings, sqlite_worker):
+    async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, story_clips(tmp_path / "made", turns=2))
         (followup,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
@@ -236,8 +230,8 @@ async def test_a_recap_too_large_to_attach_still_posts_the_summary_and_says_why(
     assert not followup.files
 
 
-async def test_end_archives_the_story_and_frees_the_channel(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_end_archives_the_story_and_frees_the_channel(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await begin_story(double)
         await (await double.slash("story end", user=PLAYERS[0])).answer()
         again = await double.slash("story start", {"title": "Sequel"}, user=PLAYERS[0])
@@ -247,20 +241,22 @@ async def test_end_archives_the_story_and_frees_the_channel(double, bot_settings
 
 @pytest.mark.slow
 async def test_a_story_turn_taken_while_the_one_before_renders_waits_for_it_and_carries_it(
-    double, bot_settings, sqlite_worker, tiny_pipeline
+    double, worker_settings, sqlite_worker, tiny_pipeline
 ):
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await begin_story(double)
-        await set_history_window(bot_settings, 2)
+        await set_history_window(worker_settings, 2)
         for player, (motion, background) in zip(PLAYERS[:2], MOVES[:2], strict=True):  # back to back
             await accepted(await double.slash("story act", {"motion": motion, "background": background}, user=player))
-        await wait_for_db(bot_settings, select(Job.result_message_id), lambda r: len(r) == 2 and all(x for (x,) in r))
+        await wait_for_db(
+            worker_settings, select(Job.result_message_id), lambda r: len(r) == 2 and all(x for (x,) in r)
+        )
 
-    jobs = await read_db(bot_settings, select(Job.sent_at, Job.finished_at, Job.result_message_id).order_by(Job.id))
+    jobs = await read_db(worker_settings, select(Job.sent_at, Job.finished_at, Job.result_message_id).order_by(Job.id))
     assert jobs[1][0] >= jobs[0][1]  # Bob's turn was sent only once Alice's was done
     assert jobs[0][2] < jobs[1][2]  # and the story's posts came in its order
     (alice, _), (bob, _) = await read_db(
-        bot_settings, select(Turn, Job.id).join(Job).order_by(Turn.seq).options(undefer(Turn.representation))
+        worker_settings, select(Turn, Job.id).join(Job).order_by(Turn.seq).options(undefer(Turn.representation))
     )
     past = [history_turn(alice)]
     expected = tiny_pipeline(TurnRequest(job_id="check", instruction=bob.instruction, seed=bob.seed, history=past))
@@ -269,12 +265,12 @@ async def test_a_story_turn_taken_while_the_one_before_renders_waits_for_it_and_
 
 @pytest.mark.slow
 async def test_reroll_and_continue_under_a_turn_of_an_ended_story_are_refused_in_one_sentence(
-    double, bot_settings, sqlite_worker
+    double, worker_settings, sqlite_worker
 ):
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await begin_story(double)
-        await story_turn(double, bot_settings, PLAYERS[0], *MOVES[0], done=1)
-        ((job_id, message_id),) = await read_db(bot_settings, select(Job.id, Job.result_message_id))
+        await story_turn(double, worker_settings, PLAYERS[0], *MOVES[0], done=1)
+        ((job_id, message_id),) = await read_db(worker_settings, select(Job.id, Job.result_message_id))
         await (await double.slash("story end", user=PLAYERS[0])).answer()
         reroll = await double.button(message_id, f"ag:turn:{job_id}:reroll", user=PLAYERS[0])
         text = private_text(await reroll.answer())
@@ -287,22 +283,24 @@ async def test_reroll_and_continue_under_a_turn_of_an_ended_story_are_refused_in
         again = private_text(await sent.answer())
     assert "story has ended" in text and "\n" not in text
     assert "story has ended" in again
-    assert len(await read_db(bot_settings, select(Job.id))) == 1
+    assert len(await read_db(worker_settings, select(Job.id))) == 1
 
 
 @pytest.mark.slow
-async def test_a_player_who_starts_over_leaves_the_story_whole_as_a_former_player(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_player_who_starts_over_leaves_the_story_whole_as_a_former_player(
+    double, worker_settings, sqlite_worker
+):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await begin_story(double)
-        await story_turn(double, bot_settings, PLAYERS[0], *MOVES[0], done=1)
-        await story_turn(double, bot_settings, PLAYERS[1], *MOVES[1], done=2)
+        await story_turn(double, worker_settings, PLAYERS[0], *MOVES[0], done=1)
+        await story_turn(double, worker_settings, PLAYERS[1], *MOVES[1], done=2)
         ask = await double.slash("reset", user=PLAYERS[0])
         buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
         confirm = next(b for b in buttons if b["label"] == "Start over")
         await (await double.button(ask.original, confirm["custom_id"], user=PLAYERS[0])).response()
-        await wait_for_db(bot_settings, select(Turn.character_id).order_by(Turn.seq), lambda r: r[0][0] is None)
+        await wait_for_db(worker_settings, select(Turn.character_id).order_by(Turn.seq), lambda r: r[0][0] is None)
         recap = await double.slash("story recap", user=PLAYERS[2])
         (followup,) = await recap.followups(timeout=60)
-    assert len(await read_db(bot_settings, select(Turn.id).where(Turn.story_id.is_not(None)))) == 2
+    assert len(await read_db(worker_settings, select(Turn.id).where(Turn.story_id.is_not(None)))) == 2
     text = followup.json["content"]
     assert "a former player" in text and "Sosuke" in text

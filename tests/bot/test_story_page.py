@@ -50,9 +50,9 @@ def frames_in(data: bytes) -> int:
 
 
 @pytest.mark.slow
-async def test_the_page_holds_every_turn_with_its_player_changes_and_clip(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
-        page = await story_page_of_two_turns(double, bot_settings)
+async def test_the_page_holds_every_turn_with_its_player_changes_and_clip(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
+        page = await story_page_of_two_turns(double, worker_settings)
     assert "Night flight" in page
     for name, (motion, background) in zip(NAMES[:2], MOVES[:2], strict=True):
         assert f"Character: {name}; Motion: {motion}; Background: {background}." in page
@@ -65,9 +65,9 @@ async def test_the_page_holds_every_turn_with_its_player_changes_and_clip(double
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason=MISSING)
-async def test_the_page_opens_in_a_browser_and_plays_its_clips(double, bot_settings, sqlite_worker, tmp_path):
-    async with running_bot(double, bot_settings, sqlite_worker):
-        page = await story_page_of_two_turns(double, bot_settings)
+async def test_the_page_opens_in_a_browser_and_plays_its_clips(double, worker_settings, sqlite_worker, tmp_path):
+    async with running_bot(double, worker_settings, sqlite_worker):
+        page = await story_page_of_two_turns(double, worker_settings)
     (tmp_path / "story.html").write_text(page)
     async with chromium(tmp_path / "profile") as browser:
         await browser.open((tmp_path / "story.html").as_uri())
@@ -84,13 +84,11 @@ async def test_the_page_opens_in_a_browser_and_plays_its_clips(double, bot_setti
         assert shown.std() > 5  # a picture, not a blank box
 
 
-async def test_a_page_too_large_for_every_clip_keeps_the_newest_and_says_so(
-    double, bot_settings, sqlite_worker, tmp_path
-):
+async def test_a_page_too_large_for_every_clip_keeps_the_newest_and_says_so(double, bot_settings, tmp_path):
     clips = story_clips(tmp_path / "made", turns=4)
     newest = sum(len(base64.b64encode(clip.read_bytes())) for clip in clips[2:])
     settings = bot_settings.model_copy(update={"upload_limit_bytes": newest + 8_000})  # room for the newest two
-    async with running_bot(double, settings, sqlite_worker):
+    async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, clips)
         (followup,) = await (await double.slash("story page", user=PLAYERS[2])).followups(timeout=60)

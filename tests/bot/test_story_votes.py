@@ -69,9 +69,9 @@ async def posted_story_turns(settings, count: int) -> None:
 
 @pytest.mark.slow
 async def test_a_round_of_three_proposals_and_five_voters_plays_the_winner_once_and_credits_it(
-    double, bot_settings, sqlite_worker
+    double, worker_settings, sqlite_worker
 ):
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start_vote_story(double)
         for player, *_ in PROPOSALS:
             assert "Proposed for round 1" in await propose(double, player)
@@ -82,27 +82,27 @@ async def test_a_round_of_three_proposals_and_five_voters_plays_the_winner_once_
             await vote(double, message, 0, voter)  # Alice's flight
         await vote(double, message, 0, VOTERS[2])  # changes their mind: 3 to 2 for the flight
         closed = private_text(await (await double.slash("story close", user=ALICE)).answer())
-        await posted_story_turns(bot_settings, 1)
+        await posted_story_turns(worker_settings, 1)
         await asyncio.sleep(2)  # more ticks of the round loop: nothing more may be played
         result = double.message(message.id)
 
     assert "Round 1 is closed" in closed
-    turns = await read_db(bot_settings, select(Turn.seq, Turn.instruction).where(Turn.story_id.is_not(None)))
+    turns = await read_db(worker_settings, select(Turn.seq, Turn.instruction).where(Turn.story_id.is_not(None)))
     assert turns == [(1, line(ALICE))]  # the winner, once
-    (job,) = await read_db(bot_settings, select(Job.user_id, Job.kind))
+    (job,) = await read_db(worker_settings, select(Job.user_id, Job.kind))
     assert job == (None, "story")  # the channel's turn, not a player's: no one's quota or turn in flight
     voters = ", ".join(f"<@{v.id}>" for v in sorted(VOTERS[2:], key=lambda v: v.id))
     assert f"wins, proposed by <@{ALICE.id}>, chosen by {voters}." in result.content
     assert result.custom_ids() == []  # a closed round has no buttons
-    votes = await read_db(bot_settings, select(StoryVote.user_id))
+    votes = await read_db(worker_settings, select(StoryVote.user_id))
     assert len(votes) == 5  # one vote per member, the changed one replaced
     clip_posts = [m for m in double.messages() if any(a["filename"].endswith(".mp4") for a in m.attachments)]
     assert len(clip_posts) == 1
 
 
-async def test_a_proposal_with_a_blocked_term_is_refused_privately_and_never_shown(double, bot_settings, sqlite_worker):
+async def test_a_proposal_with_a_blocked_term_is_refused_privately_and_never_shown(double, bot_settings):
     moderator = member("mod", manage_guild=True)
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await start_vote_story(double)
         await (await double.slash("admin terms add", {"term": "dragon"}, user=moderator)).answer()
         handle = await double.slash(
@@ -115,8 +115,8 @@ async def test_a_proposal_with_a_blocked_term_is_refused_privately_and_never_sho
     assert not [m for m in double.messages(double.guild.channel.id) if m.content.startswith("🗳️")]
 
 
-async def test_act_in_a_vote_story_points_to_propose(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_act_in_a_vote_story_points_to_propose(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start_vote_story(double)
         handle = await double.slash("story act", {"motion": "quickly run", "background": "town"}, user=BOB)
         text = private_text(await handle.answer())
@@ -124,31 +124,31 @@ async def test_act_in_a_vote_story_points_to_propose(double, bot_settings, sqlit
 
 
 @pytest.mark.slow
-async def test_a_round_open_across_a_bot_restart_closes_and_plays_once(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_round_open_across_a_bot_restart_closes_and_plays_once(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start_vote_story(double)
         await propose(double, ALICE)
         await propose(double, BOB)
         message = await round_message(double, proposals=2)
         await vote(double, message, 1, VOTERS[0])
     # The bot is down while the round's time runs out.
-    engine = make_engine(bot_settings.database_url)
+    engine = make_engine(worker_settings.database_url)
     async with make_sessionmaker(engine)() as session, session.begin():
         await session.execute(update(StoryRound).values(closes_at=utcnow() - timedelta(seconds=1)))
     await engine.dispose()
 
-    async with running_bot(double, bot_settings, sqlite_worker):
-        await posted_story_turns(bot_settings, 1)
+    async with running_bot(double, worker_settings, sqlite_worker):
+        await posted_story_turns(worker_settings, 1)
         await asyncio.sleep(2)
         result = double.message(message.id)
-    assert await read_db(bot_settings, select(Turn.instruction)) == [(line(BOB),)]
+    assert await read_db(worker_settings, select(Turn.instruction)) == [(line(BOB),)]
     assert f"wins, proposed by <@{BOB.id}>, chosen by <@{VOTERS[0].id}>." in result.content
-    assert await read_db(bot_settings, select(StoryRound.status, StoryRound.announced)) == [("closed", True)]
+    assert await read_db(worker_settings, select(StoryRound.status, StoryRound.announced)) == [("closed", True)]
 
 
-async def test_purging_a_member_deletes_their_votes_and_proposals(double, bot_settings, sqlite_worker):
+async def test_purging_a_member_deletes_their_votes_and_proposals(double, bot_settings):
     moderator = member("mod", manage_guild=True)
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, bot_settings):
         await start_vote_story(double)
         await propose(double, ALICE)
         await propose(double, BOB)
@@ -160,8 +160,8 @@ async def test_purging_a_member_deletes_their_votes_and_proposals(double, bot_se
     assert await read_db(bot_settings, select(StoryVote.user_id)) == []  # Bob's own, and the one for his proposal
 
 
-async def test_a_round_message_discord_refuses_at_first_is_posted_on_a_later_tick(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_a_round_message_discord_refuses_at_first_is_posted_on_a_later_tick(double, bot_settings):
+    async with running_bot(double, bot_settings):
         await start_vote_story(double)
         refused = double.fail("POST", CLIP_POSTS, status=403, code=50013, times=2)  # the channel refuses twice
         assert "Proposed for round 1" in await propose(double, ALICE)

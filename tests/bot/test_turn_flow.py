@@ -39,27 +39,27 @@ async def posted(settings) -> tuple[int, int]:
     return job_id, message_id
 
 
-async def test_the_progress_message_shows_the_queue_place_and_an_eta_then_done(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_the_progress_message_shows_the_queue_place_and_an_eta_then_done(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start_and_act(double)
         first = await double.wait_for("PATCH", r"/webhooks/\d+/[^/]+/messages/@original")
-        await posted(bot_settings)
+        await posted(worker_settings)
         done = await double.wait_for("PATCH", r"/channels/\d+/messages/\d+", timeout=10)
     assert re.search(r"Queued, next in line; ready <t:\d+:R>\.", first.json["content"])
     edits = [c.json["content"] for c in double.calls_to("PATCH", r"/channels/\d+/messages/\d+")]
     assert done.json["content"] in edits and "Done" in edits[-1]
 
 
-async def test_the_start_autocomplete_offers_the_known_characters(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_the_start_autocomplete_offers_the_known_characters(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         choices = await (await double.autocomplete("start", "character", "qi", user=ALICE)).choices()
         nonsense = await (await double.autocomplete("start", "character", "\u200b%%<@1>", user=ALICE)).choices()
     assert [c["value"] for c in choices] == ["Qiqi"]
     assert nonsense == []
 
 
-async def test_a_clip_over_the_upload_limit_is_re_encoded_smaller_not_dropped(double, bot_settings, sqlite_worker):
-    settings = bot_settings.model_copy(update={"upload_limit_bytes": 12_000})
+async def test_a_clip_over_the_upload_limit_is_re_encoded_smaller_not_dropped(double, worker_settings, sqlite_worker):
+    settings = worker_settings.model_copy(update={"upload_limit_bytes": 12_000})
     async with running_bot(double, settings, sqlite_worker):
         await start_and_act(double)
         post = await double.wait_for("POST", r"/channels/\d+/messages", timeout=90)
@@ -69,23 +69,23 @@ async def test_a_clip_over_the_upload_limit_is_re_encoded_smaller_not_dropped(do
         assert sum(1 for _ in container.decode(video=0)) == 17
 
 
-async def test_details_tells_the_seed_model_and_timings_privately(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_details_tells_the_seed_model_and_timings_privately(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start_and_act(double)
-        job_id, message_id = await posted(bot_settings)
+        job_id, message_id = await posted(worker_settings)
         click = await double.button(message_id, f"ag:turn:{job_id}:details", user=member("someone"))
         body = (await click.response()).json
-    ((seed,),) = await read_db(bot_settings, select(Turn.seed))
+    ((seed,),) = await read_db(worker_settings, select(Turn.seed))
     assert body["data"]["flags"] & 64
     assert f"seed {seed}" in body["data"]["content"] and "denoise" in body["data"]["content"]
 
 
 async def test_continue_opens_a_prefilled_modal_whose_submission_takes_the_next_turn(
-    double, bot_settings, sqlite_worker
+    double, worker_settings, sqlite_worker
 ):
-    async with running_bot(double, bot_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start_and_act(double)
-        job_id, message_id = await posted(bot_settings)
+        job_id, message_id = await posted(worker_settings)
         click = await double.button(message_id, f"ag:turn:{job_id}:continue", user=ALICE)
         modal = (await click.response()).json
         assert modal["type"] == 9
@@ -94,22 +94,22 @@ async def test_continue_opens_a_prefilled_modal_whose_submission_takes_the_next_
         nxt = "Character: Qiqi; Motion: quickly run; Background: night street."
         submit = await double.modal_submit(modal["data"]["custom_id"], {field["custom_id"]: nxt}, user=ALICE)
         await accepted(submit)
-        await wait_for_db(bot_settings, select(Job.result_message_id), lambda r: len(r) == 2 and r[1][0], timeout=90)
-    assert [t for (t,) in await read_db(bot_settings, select(Turn.instruction).order_by(Turn.id))] == [LINE, nxt]
+        await wait_for_db(worker_settings, select(Job.result_message_id), lambda r: len(r) == 2 and r[1][0], timeout=90)
+    assert [t for (t,) in await read_db(worker_settings, select(Turn.instruction).order_by(Turn.id))] == [LINE, nxt]
 
 
-async def test_another_players_reroll_is_refused(double, bot_settings, sqlite_worker):
-    async with running_bot(double, bot_settings, sqlite_worker):
+async def test_another_players_reroll_is_refused(double, worker_settings, sqlite_worker):
+    async with running_bot(double, worker_settings, sqlite_worker):
         await start_and_act(double)
-        job_id, message_id = await posted(bot_settings)
+        job_id, message_id = await posted(worker_settings)
         click = await double.button(message_id, f"ag:turn:{job_id}:reroll", user=member("mallory"))
         body = (await click.response()).json
     assert body["data"]["flags"] & 64 and "Only the player" in body["data"]["content"]
-    assert len(await read_db(bot_settings, select(Job.id))) == 1
+    assert len(await read_db(worker_settings, select(Job.id))) == 1
 
 
-async def test_queue_lists_the_turn_and_cancel_stops_it_changing_the_character(double, bot_settings, sqlite_worker):
-    settings = bot_settings
+async def test_queue_lists_the_turn_and_cancel_stops_it_changing_the_character(double, worker_settings, sqlite_worker):
+    settings = worker_settings
     async with running_bot(double, settings, sqlite_worker) as bot:
         await bot.supervisor.stop()  # hold results back so the turn stays in flight while we look
         await start_and_act(double)
@@ -127,12 +127,12 @@ async def test_queue_lists_the_turn_and_cancel_stops_it_changing_the_character(d
     assert not [c for c in double.calls_to("POST", r"/channels/\d+/messages") if c.files]
 
 
-async def test_a_finished_turn_is_posted_with_the_label_its_worker_gave_it(double, bot_settings, sqlite_worker):
+async def test_a_finished_turn_is_posted_with_the_label_its_worker_gave_it(double, worker_settings, sqlite_worker):
     """Random weights at the published sizes (model "full") were posted unlabelled: the label came from a
     table of model names instead of the worker's result."""
     guild, channel = double.guild, double.guild.channel
-    async with running_bot(double, bot_settings, sqlite_worker):
-        async with db_session(bot_settings) as session:
+    async with running_bot(double, worker_settings, sqlite_worker):
+        async with db_session(worker_settings) as session:
             played = await get_or_create_character(session, guild.id, ALICE.id, "Qiqi")
             _, job = await create_turn(
                 session, played, LINE, 7, "full", guild_id=guild.id, channel_id=channel.id, user_id=ALICE.id

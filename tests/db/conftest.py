@@ -30,10 +30,11 @@ from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from game.contract import TurnResult
 from game.state import StateDeltas
+from tests import tiers
 from tests.results import turn_result
 
 POSTGRES_URL = os.environ.get("ANIMEGAMER_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
-BACKENDS = ("sqlite", "postgresql")
+BACKENDS = ("sqlite", pytest.param("postgresql", marks=tiers.SLOW))  # PostgreSQL is a server: the slow tier
 
 
 def sqlite_url(path: Path) -> str:
@@ -63,6 +64,8 @@ class Postgres:
     def admin(self, *statements: str, database: str | None = None) -> list[tuple]:
         """Run statements outside any transaction (CREATE/DROP DATABASE need that); the last one's rows."""
         import asyncpg
+
+        tiers.starting("a connection to PostgreSQL")
 
         async def run() -> list[tuple]:
             connection = await asyncpg.connect(self._dsn(database), timeout=3)
