@@ -1,5 +1,6 @@
 """The fast tier cannot hold a test that starts a worker or a server: such a test is slow by its fixtures, and
-one that starts a process some other way fails in the fast tier instead of slowing it down."""
+one that starts a process some other way fails in the fast tier instead of slowing it down. A test that hangs
+fails alone at its time limit, and the run goes on."""
 
 from __future__ import annotations
 
@@ -67,12 +68,13 @@ def fast_tier(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def specimens(tmp_path: Path) -> Path:
+def specimens(tmp_path: Path, files: dict[str, str] | None = None) -> Path:
+    """A folder of specimen tests inside the suite's tree (so the suite's conftest applies), removed by the caller."""
     folder = REPO / "tests" / f"_specimens_{tmp_path.name}"
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    (folder / "conftest.py").write_text(CONFTEST)
-    (folder / "test_specimens.py").write_text(SPECIMENS)
+    for name, text in (files or {"conftest.py": CONFTEST, "test_specimens.py": SPECIMENS}).items():
+        (folder / name).write_text(text)
     return folder
 
 
@@ -104,3 +106,37 @@ def test_a_fast_tier_test_that_starts_a_worker_fails_and_says_how_to_mark_it(tmp
         "test_uses_a_module_fixture_that_starts_a_worker",  # in its module fixture's setup
         "test_starts_a_worker_behind_the_fixtures_backs",
     }, run.stdout[-3000:]
+
+
+HANGS = """
+import asyncio
+import threading
+
+import pytest
+
+
+@pytest.mark.timeout(2)
+def test_waits_on_an_event_nobody_sets():
+    threading.Event().wait()
+
+
+@pytest.mark.timeout(2)
+async def test_awaits_an_event_nobody_sets():
+    await asyncio.Event().wait()
+
+
+def test_after_the_hangs():
+    pass
+"""
+
+
+def test_a_hung_test_fails_alone_at_its_time_limit_with_its_stack_and_the_run_goes_on(tmp_path: Path) -> None:
+    folder = specimens(tmp_path, {"test_hangs.py": HANGS})
+    try:
+        run = fast_tier(folder)
+    finally:
+        shutil.rmtree(folder)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "2 failed, 1 passed" in run.stdout, run.stdout[-3000:]
+    assert run.stdout.count("Timeout (>2.0s)") >= 2, run.stdout[-3000:]
+    assert "threading.Event().wait()" in run.stdout  # the hung line, in the stack printed for it

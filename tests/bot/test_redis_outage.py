@@ -71,7 +71,9 @@ async def test_the_bot_answers_while_redis_is_down_and_makes_the_turn_taken_mean
         server.stop()
     assert [status for status, _ in rows] == [JobStatus.DONE, JobStatus.DONE]
     assert len(clip_posts(double)) == 2
-    assert stall < 1.0, f"the event loop stalled {stall:.2f}s while Redis was down and came back"
+    # A call to the dead Redis made on the loop would hold it for the whole broker timeout; a busy machine's
+    # scheduling alone stalls it far less.
+    assert stall < settings.broker_timeout, f"the event loop stalled {stall:.2f}s while Redis was down and came back"
 
 
 async def test_a_turn_queued_when_redis_restarts_and_forgets_it_is_sent_again_and_made_once(double, tmp_path):

@@ -354,7 +354,7 @@ async def test_a_prompt_callback_is_not_late(double: DiscordDouble, bot: command
         await bot.tree.sync()
         handle = await double.slash("quick")
         await handle.response()
-        assert 0 < handle.first_callback_seconds < 0.5 and not handle.late and double.late_interactions() == []
+        assert handle.first_callback_seconds > 0 and not handle.late and double.late_interactions() == []
 
 
 async def test_an_unanswered_interaction_is_late_only_once_the_deadline_passed(bot: commands.Bot) -> None:
@@ -362,11 +362,12 @@ async def test_an_unanswered_interaction_is_late_only_once_the_deadline_passed(b
     async def ignore(interaction: discord.Interaction) -> None:
         """Never answer."""
 
-    async with DiscordDouble(interaction_deadline=0.3) as double, double.running(bot):
+    # A deadline of a second: the first look comes right after the slash, even on a busy machine.
+    async with DiscordDouble(interaction_deadline=1.0) as double, double.running(bot):
         await bot.tree.sync()
         handle = await double.slash("ignore")
         assert double.late_interactions() == []
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(1.05)
         assert double.late_interactions() == [handle] and handle.first_callback_seconds is None
 
 
@@ -442,9 +443,9 @@ async def test_callback_succeeds_after_two_server_errors_with_backoff(double: Di
         # discord.py's webhook adapter retries any 5xx, sleeping 1 + 2 * attempt seconds: 1 s, then 3 s.
         assert [c.status for c in attempts] == [500, 500, 200] and fault.hits == 2
         first, second = gaps(attempts)
-        assert 1.0 <= first < 2.0 and 3.0 <= second < 4.0
+        assert 1.0 <= first < second and second >= 3.0  # lower bounds only: a busy machine only adds time
         # Lateness is the first try's: the bot answered in time, the errors were Discord's.
-        assert handle.first_callback_seconds < 0.5 and not handle.late and handle.responded
+        assert not handle.late and handle.responded
 
 
 async def test_two_server_errors_on_the_callback_lose_the_reply_in_strict_mode(bot: commands.Bot) -> None:
