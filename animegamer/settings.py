@@ -21,8 +21,10 @@ class Settings(BaseSettings):
     database_url: str = ""  # default: sqlite+aiosqlite:///<data_dir>/animegamer.db
     broker_url: str = ""  # default: sqla+sqlite:///<data_dir>/broker.db; or redis://host:6379/0
     result_backend: str = ""  # default: db+sqlite:///<data_dir>/results.db; or redis://host:6379/1
-    blob_dir: Path | None = None  # default: <data_dir>/blobs; at scale a path the bot and every worker share
-    inline_max_bytes: int = Field(default=8192, ge=0)  # larger clips and representations go through blob_dir
+    # Clips and representations over inline_max_bytes: unset, Redis keys beside the results when those are in
+    # Redis (machines that share no folder), else <data_dir>/blobs; set, a folder every process mounts.
+    blob_dir: Path | None = None
+    inline_max_bytes: int = Field(default=8192, ge=0)
     queue: str = "turns"
 
     model: str = "toy"  # toy (trained, shipped) | tiny | full (random weights) | animegamer (the published files)
@@ -52,6 +54,7 @@ class Settings(BaseSettings):
     delivery_concurrency: int = Field(default=8, ge=1)  # clips posted at once (each story's in order)
     progress_edit_seconds: float = Field(default=3.0, ge=1.0)  # at most one edit per progress message this often
     upload_limit_bytes: int = Field(default=0, ge=0)  # 0: the server's own limit; clips above are re-encoded smaller
+    stop_seconds: float = Field(default=30.0, gt=0)  # on SIGTERM the bot closes within this, then exits 0
     recap_cooldown_seconds: float = Field(default=300.0, ge=0)  # least time between two /story recap of one story
     # Retention (db.retention): each character's and story's newest 5 turns keep both, whatever their age.
     clip_retention_days: int = Field(default=30, ge=0)  # older turns' clip files are deleted; 0: kept forever
@@ -68,9 +71,15 @@ class Settings(BaseSettings):
         self.database_url = self.database_url or f"sqlite+aiosqlite:///{data}/animegamer.db"
         self.broker_url = self.broker_url or f"sqla+sqlite:///{data}/broker.db"
         self.result_backend = self.result_backend or f"db+sqlite:///{data}/results.db"
-        if self.blob_dir is None or self.blob_dir == Path():  # unset, or left empty as in .env.example
+        if self.blob_dir == Path():  # left empty, as in .env.example
+            self.blob_dir = None
+        if self.blob_dir is None and not self.results_in_redis:
             self.blob_dir = self.data_dir / "blobs"
         self.visibility_timeout = self.visibility_timeout or self.task_time_limit + 60
+
+    @property
+    def results_in_redis(self) -> bool:
+        return self.result_backend.startswith(("redis://", "rediss://", "unix://"))
 
 
 @lru_cache(maxsize=1)

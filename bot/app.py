@@ -15,6 +15,7 @@ from typing import Any
 import discord
 import yarl
 from celery import Celery
+from discord import app_commands
 from discord.ext import commands
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -37,6 +38,7 @@ from db.migrate import upgrade_async
 log = logging.getLogger(__name__)
 
 EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin", "bot.cogs.community")
+RESTARTING = "The bot is restarting; try again in a minute."
 
 
 def point_at(api_base: str, gateway_url: str) -> None:
@@ -45,6 +47,16 @@ def point_at(api_base: str, gateway_url: str) -> None:
         discord.http.Route.BASE = api_base.rstrip("/")
     if gateway_url:
         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+
+class Tree(app_commands.CommandTree["AnimeGamerBot"]):
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        """A bot that is stopping takes no new command: the player hears why instead of "interaction failed"."""
+        if not self.client.stopping:
+            return True
+        if interaction.type is discord.InteractionType.application_command:
+            await interaction.response.send_message(RESTARTING, ephemeral=True)
+        return False
 
 
 class AnimeGamerBot(commands.AutoShardedBot):
@@ -61,7 +73,9 @@ class AnimeGamerBot(commands.AutoShardedBot):
             # Nothing the bot echoes pings anyone unless a message asks for it explicitly.
             allowed_mentions=discord.AllowedMentions.none(),
             http_trace=self.metrics.http_trace(),  # times each interaction's first answer
+            tree_cls=Tree,
         )
+        self.stopping = False  # set on SIGTERM (animegamer.cli.bot): new commands are told to come back
         if celery_app is None:
             from worker.celery_app import app as celery_app
         self.settings = settings

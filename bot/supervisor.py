@@ -368,14 +368,14 @@ class Supervisor(Background):
 
     async def succeed(self, job: JobInfo, payload: object) -> None:
         try:
-            result = TurnResult.model_validate(payload)
+            stored = TurnResult.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]["msg"]
             await self.fail(job, f"the worker's result was malformed ({exc.error_count()} errors; {first})")
             return
         try:
-            # Read, never deleted here: after a restart the same result may be read again.
-            result = await asyncio.to_thread(self.blobs.resolve_result, result)
+            # Read, not deleted yet: a bot restarted before it records the result reads it again.
+            result = await asyncio.to_thread(self.blobs.resolve_result, stored)
         except BlobError as exc:
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
@@ -395,6 +395,10 @@ class Supervisor(Background):
             waited = (utcnow() - job.queued_at).total_seconds()
             log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
         await self._forget(job)
+        try:  # recorded: its bytes in Redis need not wait out their day (they expire anyway)
+            await asyncio.to_thread(self.blobs.drop_result, stored)
+        except Exception as exc:
+            log.info("job %s: its result's blobs were not dropped (%s); they expire on their own", job.id, exc)
 
     async def fail(self, job: JobInfo, details: str) -> None:
         """Fail a job: the player gets one sentence and an error id; the details go to the log and the audit."""

@@ -6,7 +6,7 @@ carry ``version`` so a bot and a worker from different releases refuse each othe
 and hold plain data only.
 
 Large bytes (clips, representations) never ride the queue: above a size set in settings they
-are written to a blob store the bot and the workers share (``worker.blob_store``) and the message
+are written to a blob store the bot and the workers both reach (``worker.blob_store``) and the message
 carries a ``BlobRef``, their hash and size. Every field that may be large is a ``Blob``: inline
 bytes or such a reference. Whoever reads one resolves it first; ``inline`` says so when not.
 """
@@ -23,6 +23,7 @@ from game.state import StateDeltas
 
 CONTRACT_VERSION = 2  # 2: large bytes may be a BlobRef into the shared blob store
 TASK_NAME = "animegamer.generate_turn"
+RESULT_KEEP_SECONDS = 24 * 3600  # a finished turn's result, and its blobs, wait this long for the bot to read them
 
 # The label every place that shows a tiny-model clip must carry.
 RANDOM_WEIGHTS_LABEL = "tiny model, random weights"

@@ -41,8 +41,14 @@ def sqlite_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
 
 
 @pytest.fixture(scope="session")
-def redis_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    worker = start_worker(worker_env(tmp_path_factory.mktemp("redis-worker"), redis_url_or_skip()))
+def redis_url() -> str:
+    """The shared Redis the tests may use (skipped, with the reason, where none answers)."""
+    return redis_url_or_skip()
+
+
+@pytest.fixture(scope="session")
+def redis_worker(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Worker]:
+    worker = start_worker(worker_env(tmp_path_factory.mktemp("redis-worker"), redis_url))
     yield worker
     worker.kill(signal.SIGTERM)
 

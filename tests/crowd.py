@@ -35,7 +35,7 @@ from game.jobs import FINAL, JobStatus
 from tests import tiers
 from tests.discord_double import DiscordDouble, Guild, InteractionHandle, Member, member
 from tests.redis_server import RedisServer
-from tests.workers import REPO, Worker, settings_for, start_worker, worker_env
+from tests.workers import REPO, Worker, start_worker, worker_env
 
 WAVE = {"motion": "gently wave", "background": "day town"}
 READY_SECONDS = 90
@@ -66,15 +66,15 @@ def crowd(players: int, guilds: int, prefix: str = "player") -> tuple[list[Guild
 class BotProcess:
     """A bot in a process of its own, its output in a log file."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.argv, self.env, self.log = argv, env, log
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO) -> None:
+        self.argv, self.env, self.log, self.cwd = argv, env, log, cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> BotProcess:
         tiers.starting("a bot process")
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd)
         return self
 
     async def ready(self, double: DiscordDouble, commands: Iterable[str] = ("act",)) -> None:
@@ -133,9 +133,8 @@ class World:
             self.server.start()
             redis_url = self.server.url()
         self.redis_url = redis_url
-        # The blob folder is the one thing the bot and the workers must share besides Redis.
-        blobs = str(folder / "blobs")
-        self.env = worker_env(folder / "workers", redis_url, ANIMEGAMER_NUM_STEPS=str(steps), ANIMEGAMER_BLOB_DIR=blobs)
+        # Redis is all the bot and the workers share: clips and representations go through it too.
+        self.env = worker_env(folder / "workers", redis_url, ANIMEGAMER_NUM_STEPS=str(steps))
         self.workers: list[Worker] = []
         self.add_workers(workers)
 
@@ -145,7 +144,7 @@ class World:
         world = cls.__new__(cls)
         world.folder, world.server, world.workers = folder, None, []
         world.redis_url = worker.env["ANIMEGAMER_BROKER_URL"]
-        world.env = {**worker.env, "ANIMEGAMER_BLOB_DIR": str(settings_for(worker.env).blob_dir)}
+        world.env = dict(worker.env)
         return world
 
     def add_workers(self, count: int) -> None:

@@ -20,7 +20,7 @@ import pytest
 SLOW = pytest.mark.slow
 
 # Fixtures that start a worker process or a server, or connect to PostgreSQL or Redis.
-SLOW_FIXTURES = {"sqlite_worker", "redis_worker", "worker_settings"}
+SLOW_FIXTURES = {"sqlite_worker", "redis_worker", "worker_settings", "redis_url"}
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -83,6 +83,14 @@ def worker_env(data_dir: Path, broker_url: str | None = None, **extra: str) -> d
     return env
 
 
+def machine(folder: Path) -> dict[str, str]:
+    """What a process started in ``folder`` (its working directory) gets as another machine would: a data folder,
+    a HOME and a TMPDIR of its own."""
+    for name in ("data", "home", "tmp"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    return {"ANIMEGAMER_DATA_DIR": str(folder / "data"), "HOME": str(folder / "home"), "TMPDIR": str(folder / "tmp")}
+
+
 def settings_for(env: dict[str, str]) -> Settings:
     """The settings a process started with ``env`` reads (lists arrive as JSON, as in the environment)."""
 
@@ -94,10 +102,11 @@ def settings_for(env: dict[str, str]) -> Settings:
     )
 
 
-def start_worker(env: dict[str, str], module: str = "animegamer") -> Worker:
+def start_worker(env: dict[str, str], module: str = "animegamer", cwd: Path = REPO) -> Worker:
     """Start a worker and wait until it has loaded the model and is consuming.
 
-    ``module`` runs instead of ``animegamer`` (e.g. ``tests.faulty_worker``, whose pipeline hangs on request).
+    ``module`` runs instead of ``animegamer`` (e.g. ``tests.faulty_worker``, whose pipeline hangs on request);
+    ``cwd`` is its working directory (the installed package runs from anywhere).
     """
     tiers.starting("a worker process")
     log = Path(env["ANIMEGAMER_DATA_DIR"]) / f"worker-{uuid.uuid4().hex[:6]}.log"
@@ -108,7 +117,7 @@ def start_worker(env: dict[str, str], module: str = "animegamer") -> Worker:
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
-            cwd=REPO,
+            cwd=cwd,
         )
     deadline = time.monotonic() + WORKER_START_SECONDS
     while b"ready." not in log.read_bytes():

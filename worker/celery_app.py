@@ -19,7 +19,7 @@ from kombu.transport import TRANSPORT_ALIASES
 from kombu.utils.url import maybe_sanitize_url
 
 from animegamer.settings import Settings, get_settings
-from game.contract import TASK_NAME
+from game.contract import RESULT_KEEP_SECONDS, TASK_NAME
 
 RELEASE_MODEL = "animegamer"  # worker.pipeline.config.RELEASE, without importing the model code
 
@@ -42,7 +42,7 @@ def make_celery(settings: Settings) -> Celery:
         task_soft_time_limit=settings.task_time_limit - min(30, settings.task_time_limit // 2),
         task_default_queue=settings.queue,
         task_routes={TASK_NAME: {"queue": settings.queue}},
-        result_expires=24 * 3600,
+        result_expires=RESULT_KEEP_SECONDS,
         # Events for Flower and `celery events` (Redis, RabbitMQ); Celery sends none over the SQL transport.
         worker_send_task_events=True,
         task_send_sent_event=True,

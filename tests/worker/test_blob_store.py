@@ -15,7 +15,7 @@ import pytest
 from game.contract import BlobRef, HistoryTurn, TurnRequest, TurnResult
 from game.state import StateDeltas
 from tests.results import turn_result
-from worker.blob_store import BlobError, BlobStore
+from worker.blob_store import REQUESTS, BlobError, FolderBlobStore
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 ZERO = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
@@ -24,8 +24,8 @@ SMALL = b"tiny"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> BlobStore:
-    return BlobStore(tmp_path / "blobs", inline_max=1024)
+def store(tmp_path: Path) -> FolderBlobStore:
+    return FolderBlobStore(tmp_path / "blobs", inline_max=1024)
 
 
 def test_a_blob_reads_back_as_the_bytes_written(store):
@@ -44,8 +44,8 @@ def test_writing_the_same_bytes_twice_keeps_one_file_and_no_temporary_ones(store
 
 
 def test_small_bytes_stay_inline_and_larger_ones_go_by_reference(store):
-    assert store.pack(SMALL) == SMALL
-    assert isinstance(store.pack(BIG), BlobRef)
+    assert store.pack(SMALL, REQUESTS) == SMALL
+    assert isinstance(store.pack(BIG, REQUESTS), BlobRef)
     assert not any(p.is_file() and p.stat().st_size == len(SMALL) for p in store.root.rglob("*"))
 
 
@@ -107,8 +107,23 @@ def test_writing_a_blob_again_restarts_its_retention_age(store):
     assert store.delete_older_than(timedelta(days=1)) == 0
 
 
+def test_retention_deletes_only_the_names_the_store_makes(store):
+    ref = store.put(BIG)
+    theirs = [store.root / "notes.txt", store.root / ref.sha256[:2] / "keep-me", store.root / "backup" / ("ab" * 32)]
+    for path in theirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"someone else's")
+    leftover = store.root / ref.sha256[:2] / f".{ref.sha256}.0123abcd.tmp"  # a writer that died mid-write
+    leftover.write_bytes(b"half")
+    two_days_ago = time.time() - 2 * 86400
+    for path in [*theirs, leftover, store.path_for(ref.sha256)]:
+        os.utime(path, (two_days_ago, two_days_ago))
+    assert store.delete_older_than(timedelta(days=1)) == 2
+    assert all(path.exists() for path in theirs)
+
+
 def test_retention_in_a_store_never_written_deletes_nothing(tmp_path):
-    assert BlobStore(tmp_path / "nowhere", inline_max=0).delete_older_than(timedelta(0)) == 0
+    assert FolderBlobStore(tmp_path / "nowhere", inline_max=0).delete_older_than(timedelta(0)) == 0
 
 
 def test_the_blob_store_does_not_import_torch():

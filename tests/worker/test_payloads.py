@@ -27,7 +27,7 @@ from game.state import StateDeltas
 from tests import tiers
 from tests.redis_server import RedisServer
 from tests.workers import Worker, settings_for, start_worker, worker_env
-from worker.blob_store import BlobError, BlobStore, store_for
+from worker.blob_store import BlobError, FolderBlobStore, store_for
 from worker.celery_app import make_celery
 from worker.control import Holder, RedisControl
 
@@ -134,8 +134,10 @@ def send_with_past(worker: Worker, representation: BlobRef):
     return worker.app.send_task(TASK_NAME, args=[request.model_dump(mode="json")], task_id=job_id)
 
 
-def workers_blobs(worker: Worker) -> BlobStore:
-    return store_for(settings_for(worker.env))
+def workers_blobs(worker: Worker) -> FolderBlobStore:
+    store = store_for(settings_for(worker.env))
+    assert isinstance(store, FolderBlobStore)  # the SQLite worker's: its results are not in Redis
+    return store
 
 
 @pytest.mark.slow

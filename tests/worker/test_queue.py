@@ -35,7 +35,7 @@ def test_a_worker_completes_a_turn_sent_by_name(worker, request):
     async_result = send_turn(running, worker)
     result = TurnResult.model_validate(async_result.get(timeout=120))
     assert result.job_id == async_result.id
-    clip = store_for(settings_for(running.env)).read(result.mp4)  # larger than a message carries: by reference
+    clip = store_for(settings_for(running.env)).resolve_result(result).mp4  # larger than a message: by reference
     assert decode_mp4(clip).shape == (17, 64, 96, 3)
 
 
