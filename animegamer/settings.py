@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     # Watching it: Prometheus /metrics endpoints (README, "Watching it"); 0 = off.
     metrics_port: int = Field(default=0, ge=0, le=65535)  # the bot's
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)  # a worker's; one port per worker on a machine
-    metrics_address: str = "0.0.0.0"  # where both listen
+    metrics_address: str = "127.0.0.1"  # where both listen; 0.0.0.0 opens them to the network
 
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()

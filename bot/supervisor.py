@@ -401,14 +401,15 @@ class Supervisor(Background):
             log.info("job %s: its result's blobs were not dropped (%s); they expire on their own", job.id, exc)
 
     async def fail(self, job: JobInfo, details: str) -> None:
-        """Fail a job: the player gets one sentence and an error id; the details go to the log and the audit."""
+        """Fail a job: the player gets one sentence and an error id, the server's audit log the error id and what
+        went wrong in a few words; the details (host paths, exception text) only the operator's log and the job's
+        row, since every admin of the server reads the audit log."""
         eid = error_id(job.id)
         async with self.bot.sessions() as session, session.begin():
             failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000])
             if failed and job.guild_id is not None:
-                await moderation.audit(
-                    session, job.guild_id, 0, "turn failed", f"job {job.id}", f"{eid}: {details}"[:500]
-                )
+                summary = details.split(": ", 1)[0].split(" (", 1)[0]
+                await moderation.audit(session, job.guild_id, 0, "turn failed", f"job {job.id}", f"{eid}: {summary}")
         if not failed:
             return
         self.bot.metrics.turn_ended("failed")

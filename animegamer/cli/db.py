@@ -30,5 +30,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except DatabaseFileError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"Database at {args.revision}: {settings.database_url}")
+    from sqlalchemy.engine import make_url
+
+    print(f"Database at {args.revision}: {make_url(settings.database_url).render_as_string(hide_password=True)}")
     return 0

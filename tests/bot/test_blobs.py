@@ -30,6 +30,8 @@ async def test_a_bot_that_does_not_share_the_workers_blob_folder_fails_the_turn_
         await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.FAILED, timeout=90)
         await double.wait_until(lambda: "could not be made" in handle.original.content, 15, "the failure notice")
         ((details,),) = await wait_for_db(settings, select(AuditLog.details), lambda rows: bool(rows))
+        ((error,),) = await wait_for_db(settings, select(Job.error), lambda rows: True)
         ((stamina,),) = await wait_for_db(settings, select(Character.stamina), lambda rows: True)
-    assert "missing" in details and str(tmp_path / "not-the-workers") in details  # the admin learns which file
+    assert "missing" in error and str(tmp_path / "not-the-workers") in error  # the operator learns which file
+    assert details.endswith("the worker's result cannot be read") and str(tmp_path) not in details  # admins: no path
     assert stamina == 50

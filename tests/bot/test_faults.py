@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from animegamer.settings import Settings
 from db.models import AuditLog, Character, Job, JobStatus
-from tests.bot.conftest import running_bot, settings_beside, wait_for_db
+from tests.bot.conftest import read_db, running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, dead_queue, private_text, refusal, running_bot_on, shown
 from tests.discord_double import ATTACH_FILES, DEFAULT_PERMISSIONS, WEBHOOK_PATH, Channel, DiscordDouble, Guild, member
 from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
@@ -233,12 +233,16 @@ async def test_a_hung_turn_is_stopped_at_the_time_limit_and_the_player_told_in_o
                 settings, select(Job.status).order_by(Job.id), lambda r: r[-1][0] == JobStatus.DONE, timeout=90
             )
             audit = await wait_for_db(settings, select(AuditLog.action, AuditLog.details), lambda r: bool(r))
+            ((error,), _) = await read_db(settings, select(Job.error).order_by(Job.id))
     finally:
         worker.kill()
     notice = hung.original.content.splitlines()[-1]
+    eid = notice.split("`")[1]
     assert notice.startswith("This turn could not be made (error `J") and "TimeLimit" not in notice
     assert [status for (status,) in rows] == [JobStatus.FAILED, JobStatus.DONE]
-    assert audit[0][0] == "turn failed" and "TimeLimitExceeded" in audit[0][1]
+    # Every admin of the server reads the audit log: the error id and a few words; the exception, the operator's.
+    assert audit[0] == ("turn failed", f"{eid}: the worker failed")
+    assert eid in error and "TimeLimitExceeded" in error
 
 
 async def test_a_result_that_does_not_fit_its_job_fails_that_turn_with_a_message(double, tmp_path):
@@ -252,10 +256,12 @@ async def test_a_result_that_does_not_fit_its_job_fails_that_turn_with_a_message
             await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.FAILED, timeout=90)
             await double.wait_until(lambda: "could not be made" in odd.original.content, 15, "the failure notice")
             audit = await wait_for_db(settings, select(AuditLog.details), lambda rows: bool(rows))
+            ((error,),) = await read_db(settings, select(Job.error))
             ((stamina,),) = await wait_for_db(settings, select(Character.stamina), lambda rows: True)
     finally:
         worker.kill()
-    assert "someone-else" in audit[0][0] and stamina == 50  # logged for admins, and the character untouched
+    assert "someone-else" in error and stamina == 50  # logged for the operator, and the character untouched
+    assert audit[0][0].startswith("J") and "handed to job" in audit[0][0]  # the error id and a few words for admins
     assert clip_posts(double) == []
 
 
