@@ -28,6 +28,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,6 +77,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 30.0
+STORE_WAIT = timedelta(minutes=10)  # a made turn whose clip cannot be written (a full disk) waits this long
+STORE_BACKOFF_MAX = 60.0  # seconds between its tries, doubling from one
 OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
 SERVED_REFRESH_SECONDS = 10.0  # how often the workers' presence is read
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
@@ -103,6 +106,7 @@ class Supervisor(Background):
         self.limits = limits_from(bot.settings)
         self.notices = Notices(bot)
         self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
+        self._storing: dict[int, StoreWait] = {}  # job id -> its clip's next try, while the disk refuses it
         self._seconds_each = ETA_GUESS_SECONDS.get(bot.settings.model, 60.0)
         # The published model is one MLLM + decoder pair per character, each on its own queue: the
         # characters some live worker serves, as the workers announce them. Any name otherwise.
@@ -147,6 +151,7 @@ class Supervisor(Background):
             await self._guarded(job, self.watch(job, looks, broker_started))
         live = {job.id for job in in_flight}
         self._strikes = {job_id: n for job_id, n in self._strikes.items() if job_id in live}
+        self._storing = {job_id: wait for job_id, wait in self._storing.items() if job_id in live}
         posting = await self.bot.delivery.post_pending()
         self.notices.keep_only(live | posting, seen_at)
 
@@ -367,6 +372,9 @@ class Supervisor(Background):
             await self._forget(job)
 
     async def succeed(self, job: JobInfo, payload: object) -> None:
+        waiting = self._storing.get(job.id)
+        if waiting is not None and time.monotonic() < waiting.next_try:
+            return
         try:
             stored = TurnResult.model_validate(payload)
         except ValidationError as exc:
@@ -381,7 +389,12 @@ class Supervisor(Background):
             return
         clip = self.bot.delivery.clip_path(job)
         mp4 = inline(result.mp4, "the clip")
-        await asyncio.to_thread(_write_file, clip, mp4)  # OSError (a full disk): next tick tries again
+        try:
+            await asyncio.to_thread(_write_file, clip, mp4)
+        except OSError as exc:
+            await self._store_later(job, exc)
+            return
+        self._storing.pop(job.id, None)
         try:
             async with self.bot.sessions() as session, session.begin():
                 applied = await apply_result(session, job.id, result, str(clip))
@@ -399,6 +412,23 @@ class Supervisor(Background):
             await asyncio.to_thread(self.blobs.drop_result, stored)
         except Exception as exc:
             log.info("job %s: its result's blobs were not dropped (%s); they expire on their own", job.id, exc)
+
+    async def _store_later(self, job: JobInfo, exc: OSError) -> None:
+        """A made turn whose clip cannot be written (a full disk): its result stays in the store and is tried
+        again, backing off, for ``STORE_WAIT``; the player hears once that it is late, and why."""
+        now = time.monotonic()
+        waiting = self._storing.get(job.id)
+        if waiting is None:
+            waiting = self._storing[job.id] = StoreWait(since=now, next_try=now)
+            log.error("job %s: its clip cannot be stored (%s); trying again for %s", job.id, exc, STORE_WAIT)
+            late = "Made, but late: the bot cannot store the clip right now. It will be posted soon."
+            await self.notices.edit_progress(job, f"🎬 {job.instruction}\n{late}", force=True)
+        if now - waiting.since >= STORE_WAIT.total_seconds():
+            del self._storing[job.id]
+            await self.fail(job, f"its clip could not be stored for {STORE_WAIT}: {exc}")
+            return
+        waiting.delay = min(waiting.delay * 2, STORE_BACKOFF_MAX)
+        waiting.next_try = now + waiting.delay
 
     async def fail(self, job: JobInfo, details: str) -> None:
         """Fail a job: the player gets one sentence and an error id, the server's audit log the error id and what
@@ -457,8 +487,22 @@ def _worker_error(job: JobInfo, look: Look | None, limits: Limits) -> str:
     return f"its worker stopped reporting {job.attempts} time(s)"
 
 
+@dataclass
+class StoreWait:
+    """A made turn's clip that the disk refused: when it was first refused, and when to try next."""
+
+    since: float
+    next_try: float
+    delay: float = 0.5  # doubled before each wait: 1 s, 2 s, 4 s, ... STORE_BACKOFF_MAX
+
+
 def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` whole or not at all: a refused write (a full disk) leaves no partial file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -2,13 +2,17 @@
 
 The real bot against the loopback Discord, real worker processes on the SQLite broker and on Redis. Each
 test causes its fault from outside: a Discord route that fails, a queue that is down while the bot stops,
-a worker killed with SIGKILL, a turn that hangs, a channel that refuses posts, a missing permission.
+a worker killed with SIGKILL, a turn that hangs, a channel that refuses posts, a missing permission, a full disk.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -174,21 +178,41 @@ async def test_a_channel_where_the_bot_may_not_attach_files_is_refused_before_an
     assert await wait_for_db(settings, select(Job.id), lambda rows: True) == []
 
 
-async def test_a_clip_the_bot_cannot_write_fails_that_turn_with_a_message_and_not_the_next(sqlite_worker, tmp_path):
+@contextmanager
+def full_disk(folder: Path) -> Iterator[Path]:
+    """``folder`` as a 64 KiB tmpfs filled to the last byte: every write there fails with ENOSPC, for real."""
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here to fill ({mounted.stderr.decode().strip()}); needs root")
+    try:
+        filler = folder / "filler"
+        with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 4096)
+        yield filler
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+async def test_a_made_turn_whose_clip_the_full_disk_refuses_waits_tells_the_player_and_is_posted_once_room_comes(
+    sqlite_worker, tmp_path
+):
     settings = settings_beside(sqlite_worker, tmp_path)
-    (tmp_path / "clips").write_text("a file where the clips folder should be")  # every write of a clip fails
-    async with DiscordDouble() as double, running_bot(double, settings, sqlite_worker):
-        await start(double)
-        handle = await double.slash("act", WAVE, user=ALICE)
-        await accepted(handle)
-        await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.FAILED, timeout=90)
-        await double.wait_until(lambda: "could not be made" in handle.original.content, 15, "the failure notice")
-        (tmp_path / "clips").unlink()  # the disk has room again: the next turn goes through
-        await accepted(await double.slash("act", WAVE, user=ALICE))
-        rows = await wait_for_db(
-            settings, select(Job.status, Job.result_message_id).order_by(Job.id), lambda r: r[-1][1], timeout=90
-        )
-    assert [status for status, _ in rows] == [JobStatus.FAILED, JobStatus.DONE]
+    with full_disk(tmp_path / "clips") as filler:
+        async with DiscordDouble() as double, running_bot(double, settings, sqlite_worker):
+            await start(double)
+            handle = await double.slash("act", WAVE, user=ALICE)
+            await accepted(handle)
+            await double.wait_until(lambda: "late" in handle.original.content, 60, "the late notice")
+            await asyncio.sleep(3)  # a few tries, backing off: the turn neither fails nor posts meanwhile
+            ((status,),) = await read_db(settings, select(Job.status))
+            partial = [p.name for p in (tmp_path / "clips").rglob("*") if p.name.endswith(".partial")]
+            filler.unlink()  # the disk has room again
+            rows = await wait_for_db(settings, select(Job.status, Job.result_message_id), lambda r: r[0][1], timeout=90)
+            await asyncio.sleep(1.0)  # a few more ticks: nothing is posted twice
+    assert status is not JobStatus.FAILED and partial == []
+    assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
 
 
 # -- workers ---------------------------------------------------------------------------------------------
