@@ -61,11 +61,16 @@ class JobControl:
     def claim(self, task_id: str, owner: str, lease: float) -> Claim:
         raise NotImplementedError
 
-    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> None:
-        """Extend this worker's claims (making them again if the store lost them, e.g. a Redis restart)."""
+    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
+        """Extend this worker's claims (making them again if the store lost them, e.g. a Redis restart).
+
+        Returns the ones it lost: another worker holds them (its lease lapsed while it was frozen or cut off,
+        and the bot handed the turn to another) or they ended. Its turn stops at the next step.
+        """
         raise NotImplementedError
 
-    def end(self, task_id: str, keep: float) -> None:
+    def end(self, task_id: str, owner: str, keep: float) -> bool:
+        """Mark the claim ended, only if ``owner`` holds it (or nobody does): never another worker's claim."""
         raise NotImplementedError
 
     def release(self, task_id: str) -> None:
@@ -111,12 +116,24 @@ return 0
 """
 
 
+# End a claim only if this worker holds it or nobody does.
+_END = """
+local held = redis.call('GET', KEYS[1])
+if held == false or held == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
+
+
 class RedisControl(JobControl):
     def __init__(self, url: str, timeout: float) -> None:
         import redis
 
         self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self._renew = self._client.register_script(_RENEW)
+        self._end = self._client.register_script(_END)
 
     @staticmethod
     def _claim_key(task_id: str) -> str:
@@ -133,12 +150,11 @@ class RedisControl(JobControl):
             return Claim.CLAIMED
         return Claim.TAKEN
 
-    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> None:
-        for task_id in task_ids:
-            self._renew(keys=[self._claim_key(task_id)], args=[owner, _ms(lease)])
+    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
+        return {t for t in task_ids if not self._renew(keys=[self._claim_key(t)], args=[owner, _ms(lease)])}
 
-    def end(self, task_id: str, keep: float) -> None:
-        self._client.set(self._claim_key(task_id), ENDED, px=_ms(keep))
+    def end(self, task_id: str, owner: str, keep: float) -> bool:
+        return bool(self._end(keys=[self._claim_key(task_id)], args=[owner, ENDED, _ms(keep)]))
 
     def release(self, task_id: str) -> None:
         self._client.delete(self._claim_key(task_id))
@@ -253,8 +269,8 @@ class SqlControl(JobControl):
                 return Claim.TAKEN  # another worker inserted it first
             return Claim.CLAIMED
 
-    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> None:
-        expires = time.time() + lease
+    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
+        expires, lost = time.time() + lease, set()
         with self._begin() as conn:
             for task_id in task_ids:
                 updated = conn.execute(
@@ -262,14 +278,30 @@ class SqlControl(JobControl):
                     .where(self._claims.c.task_id == task_id, self._claims.c.holder == owner)
                     .values(expires=expires)
                 ).rowcount
-                if (
-                    not updated
-                    and not conn.execute(self._claims.select().where(self._claims.c.task_id == task_id)).first()
-                ):
+                if updated:
+                    continue
+                if conn.execute(self._claims.select().where(self._claims.c.task_id == task_id)).first():
+                    lost.add(task_id)  # another worker's now, or ended
+                else:
                     conn.execute(self._claims.insert().values(task_id=task_id, holder=owner, expires=expires))
+        return lost
 
-    def end(self, task_id: str, keep: float) -> None:
-        self._upsert(self._claims, task_id, holder=ENDED, expires=time.time() + keep)
+    def end(self, task_id: str, owner: str, keep: float) -> bool:
+        from sqlalchemy.exc import IntegrityError
+
+        values = {"holder": ENDED, "expires": time.time() + keep}
+        with self._begin() as conn:
+            claims = self._claims
+            mine = claims.c.task_id == task_id, claims.c.holder == owner
+            if conn.execute(claims.update().where(*mine).values(**values)).rowcount:
+                return True
+            if conn.execute(claims.select().where(claims.c.task_id == task_id)).first():
+                return False  # another worker's claim: not ours to end
+            try:
+                conn.execute(claims.insert().values(task_id=task_id, **values))
+            except IntegrityError:
+                return False
+            return True
 
     def release(self, task_id: str) -> None:
         with self._begin() as conn:

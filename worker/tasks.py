@@ -59,6 +59,10 @@ class TurnTooLong(RuntimeError):
     """The turn ran past its time limit."""
 
 
+class ClaimLost(RuntimeError):
+    """Another worker holds this turn's claim now; raised from the progress callback to stop computing it."""
+
+
 class Heartbeat:
     """A thread that renews this process's claims and its presence, every third of the lease.
 
@@ -69,6 +73,7 @@ class Heartbeat:
     def __init__(self, control: JobControl, owner: str, lease: float, queues: list[str]) -> None:
         self.control, self.owner, self.lease, self.queues = control, owner, lease, queues
         self.holding: set[str] = set()
+        self.lost: set[str] = set()  # claims another worker took (this one was frozen or cut off past its lease)
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="animegamer-heartbeat", daemon=True)
 
@@ -78,7 +83,11 @@ class Heartbeat:
     def _run(self) -> None:
         while True:
             try:
-                self.control.renew(list(self.holding), self.owner, self.lease)
+                lost = self.control.renew(list(self.holding), self.owner, self.lease)
+                for task_id in lost:
+                    log.warning("turn %s: its claim is another worker's now; stopping it at the next step", task_id)
+                    self.holding.discard(task_id)
+                self.lost |= lost
                 self.control.announce(self.owner, self.queues, self.lease)
             except Exception as exc:  # a store that is down now may be back at the next beat
                 log.warning("heartbeat not recorded: %s", exc)
@@ -173,6 +182,8 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
     def report(stage: str, step: int, total: int) -> None:
         # Every report is a place to stop: the pipeline calls it between stages and after each step.
         nonlocal last_report
+        if task_id in heartbeat.lost:
+            raise ClaimLost(task_id)
         if _cancelled(self.control, task_id):
             raise TurnCancelled(task_id)
         now = time.monotonic()
@@ -192,8 +203,16 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
     except TurnCancelled:
         log.info("turn %s (job %s) cancelled while it ran; stopped", task_id, turn.job_id)
         raise Ignore() from None
+    except ClaimLost:
+        heartbeat.lost.discard(task_id)
+        log.warning("turn %s (job %s) lost its claim to another worker; stopped", task_id, turn.job_id)
+        raise Ignore() from None
     except SoftTimeLimitExceeded:
         raise TurnTooLong(f"the turn ran past its soft time limit ({app.conf.task_soft_time_limit} s)") from None
+    if task_id in heartbeat.lost:  # lost after its last step: the result is the new holder's to give
+        heartbeat.lost.discard(task_id)
+        log.warning("turn %s (job %s) lost its claim to another worker; its result is dropped", task_id, turn.job_id)
+        raise Ignore()
     observe_turn(result.timings)
     log.info("job %s done in %.2fs", turn.job_id, sum(result.timings.values()))
     return self.blobs.pack_result(result).model_dump(mode="json")
@@ -220,7 +239,8 @@ def _end_claim(task_id: str | None = None, state: str | None = None, **_: Any) -
         return  # dropped before claiming: the claim is someone else's
     heartbeat.holding.discard(task_id)
     try:
-        task.control.end(task_id, keep=float(app.conf.result_expires or 86400))
+        if not task.control.end(task_id, heartbeat.owner, keep=float(app.conf.result_expires or 86400)):
+            log.warning("claim of %s is another worker's; left as it is", task_id)
     except Exception as exc:
         log.warning("claim of %s not marked ended: %s", task_id, exc)
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -240,6 +242,43 @@ async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double
             second.kill()
     ((status, _, attempts),) = rows
     assert status == JobStatus.DONE and attempts == 2 and len(clip_posts(double)) == 1
+
+
+def signal_all(worker: Worker, sig: int) -> None:
+    """``sig`` to the worker and its pool's children: what a frozen VM or a cut-off machine looks like (SIGSTOP)."""
+    children = subprocess.run(["pgrep", "-P", str(worker.proc.pid)], capture_output=True, text=True).stdout.split()
+    for pid in [worker.proc.pid, *map(int, children)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+async def test_a_worker_frozen_past_its_lease_stops_the_turn_another_took_and_it_is_posted_once(double, tmp_path):
+    first = faulty_worker(tmp_path, "redis", ANIMEGAMER_LEASE_SECONDS="3")
+    settings = settings_beside(first, tmp_path)
+    second = None
+    try:
+        async with running_bot(double, settings, first):
+            await start(double)
+            await accepted(await double.slash("act", SLOW, user=ALICE))
+            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+            signal_all(first, signal.SIGSTOP)  # frozen mid-turn: its lease lapses, the bot hands the turn back
+            second = await asyncio.to_thread(start_worker, first.env, "tests.faulty_worker")
+            await wait_for_db(settings, select(Job.attempts, Job.status), lambda r: r[0] == (2, JobStatus.RUNNING))
+            signal_all(first, signal.SIGCONT)  # awake while the second computes the same turn
+            posted = select(Job.status, Job.result_message_id)
+            rows = await wait_for_db(settings, posted, lambda r: r[0][1], timeout=240)
+            deadline = time.monotonic() + 30
+            while not first.said("lost its claim"):  # its next renewal finds the second worker's claim
+                assert time.monotonic() < deadline, first.log.read_text(errors="replace")[-3000:]
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)  # a few more ticks: nothing is posted twice
+    finally:
+        signal_all(first, signal.SIGCONT)
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
+    assert first.said(" done in ") == 0  # it stopped computing the turn it no longer held
 
 
 async def test_a_hung_turn_is_stopped_at_the_time_limit_and_the_player_told_in_one_sentence(double, tmp_path):

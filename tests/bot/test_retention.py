@@ -75,7 +75,7 @@ async def test_the_embedded_result_store_drops_expired_results_claims_and_cancel
     control = SqlControl(f"sqlite:///{results}", timeout=3)
     control.cancel("old", keep=-1)  # its keep time is over
     control.cancel("new", keep=3600)
-    control.end("old", keep=-1)
+    control.end("old", "a worker", keep=-1)
     with sqlite3.connect(results) as con:
         con.execute("UPDATE celery_taskmeta SET date_done = datetime('now', '-2 days') WHERE task_id = 'old'")
     queue = TurnQueue(app, timeout=3)

@@ -1,0 +1,60 @@
+"""Claims are leases: a worker frozen past its lease loses its turn to another and learns so at its next renewal,
+and ending a claim never ends another worker's. On both stores the claims live in: Redis and SQL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import tiers
+from worker.control import Claim, Holder, JobControl, RedisControl, SqlControl
+
+LEASE = 0.2  # seconds
+
+
+@pytest.fixture(params=["sql", pytest.param("redis", marks=tiers.SLOW)])
+def control(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobControl]:
+    if request.param == "redis":
+        made: JobControl = RedisControl(request.getfixturevalue("redis_url"), timeout=3.0)
+    else:
+        made = SqlControl(f"sqlite:///{tmp_path / 'results.db'}", timeout=3.0)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def task() -> str:
+    return f"lease-{uuid.uuid4().hex[:8]}"  # the shared Redis keeps other tests' claims
+
+
+def taken_over(control: JobControl, task: str) -> None:
+    """Worker A claims ``task`` and then stops renewing for longer than its lease; worker B claims it."""
+    assert control.claim(task, "A", LEASE) is Claim.CLAIMED
+    time.sleep(LEASE * 2)
+    assert control.claim(task, "B", 30.0) is Claim.CLAIMED
+
+
+def test_a_worker_whose_claim_another_took_learns_it_lost_it_when_it_renews(control, task):
+    taken_over(control, task)
+    assert control.renew([task], "A", 30.0) == {task}
+    assert control.renew([task], "B", 30.0) == set()
+
+
+def test_ending_a_claim_never_ends_another_workers(control, task):
+    taken_over(control, task)
+    assert control.end(task, "A", keep=60.0) is False
+    assert control.holders([task]) == {task: Holder.HELD}
+    assert control.end(task, "B", keep=60.0) is True
+    assert control.holders([task]) == {task: Holder.ENDED}
+
+
+def test_a_claim_the_store_forgot_is_made_again_by_its_worker(control, task):
+    """A Redis restarted without persistence forgets every claim: the worker still computing keeps its turn."""
+    assert control.claim(task, "A", 30.0) is Claim.CLAIMED
+    control.release(task)  # what a forgetful store looks like: no record at all
+    assert control.renew([task], "A", 30.0) == set()
+    assert control.holders([task]) == {task: Holder.HELD}
