@@ -5,9 +5,11 @@
 On a redis-server of its own, with one tiny-model worker at a time: the request messages exactly as Celery leaves
 them in the queue (window 1; window 5 with four published-size 226 x 1920 float16 representations), then turns
 played as the bot plays them (send, poll the stored state every 0.1 s, read the result, forget it), at window 1
-and at window 5, counting the bytes Redis received (INFO total_net_input_bytes). Everything is measured twice:
-with ANIMEGAMER_INLINE_MAX_BYTES at its default, and with it so large that every blob rides inline. Prints the
-median bytes per turn, their ratio to the clip, and inline over by-reference, from this one run.
+and at window 5, counting the bytes Redis received (INFO total_net_input_bytes) and the memory a finished turn
+holds in Redis until the bot reads it (MEMORY USAGE of its result, blob and claim keys; kept a day at most).
+Everything is measured twice: with ANIMEGAMER_INLINE_MAX_BYTES at its default, and with it so large that every
+blob rides inline. Prints the median bytes per turn, their ratio to the clip, and inline over by-reference, from
+this one run.
 """
 
 from __future__ import annotations
@@ -55,7 +57,12 @@ def message_bytes(client: redis.Redis, settings: Settings, history: list[History
     return size
 
 
-def play(worker: Worker, client: redis.Redis, url: str, history: list[HistoryTurn]) -> tuple[TurnResult, int]:
+def held_for(client: redis.Redis, job_id: str) -> int:
+    """Bytes of Redis memory one finished turn holds until the bot reads it: its result, blobs and claim keys."""
+    return sum(client.memory_usage(key) or 0 for key in client.scan_iter(match=f"*{job_id}*"))
+
+
+def play(worker: Worker, client: redis.Redis, url: str, history: list[HistoryTurn]) -> tuple[TurnResult, int, int]:
     settings = settings_for(worker.env)
     blobs, app, control = store_for(settings), worker.app, RedisControl(url, 3.0)
     job_id = f"bytes-{uuid.uuid4().hex[:8]}"
@@ -68,8 +75,12 @@ def play(worker: Worker, client: redis.Redis, url: str, history: list[HistoryTur
         time.sleep(0.1)
     while control.holders([job_id])[job_id] is not Holder.ENDED:
         time.sleep(0.1)
+    held = held_for(client, job_id)  # what a result left unread costs, for as long as it is kept (a day)
+    stored = TurnResult.model_validate(meta["result"])
+    result = blobs.resolve_result(stored)
     app.AsyncResult(job_id).forget()
-    return blobs.resolve_result(TurnResult.model_validate(meta["result"])), received(client) - before
+    blobs.drop_result(stored)  # as the bot does once it has recorded the result
+    return result, received(client) - before, held
 
 
 def measure(folder: Path, server: RedisServer, inline_max: str | None, turns: int) -> dict[str, float]:
@@ -88,14 +99,15 @@ def measure(folder: Path, server: RedisServer, inline_max: str | None, turns: in
     }
     worker = start_worker(env)
     try:
-        first, _ = play(worker, client, server.url(), [])  # warm-up: the child's first turn
+        first, _, _ = play(worker, client, server.url(), [])  # warm-up: the child's first turn
         past = [HistoryTurn(instruction=LINE, representation=first.representation, deltas=first.deltas)] * 4
         for window, history in ((1, []), (5, past)):
             played = [play(worker, client, server.url(), history) for _ in range(turns)]
-            used = statistics.median(b for _, b in played)
-            clip = statistics.median(len(r.mp4) for r, _ in played)
+            used = statistics.median(b for _, b, _ in played)
+            clip = statistics.median(len(r.mp4) for r, _, _ in played)
             figures[f"window {window} turn into Redis"] = used
             figures[f"window {window} turn / clip"] = used / clip
+            figures[f"window {window} unread result, Redis memory"] = statistics.median(h for _, _, h in played)
         figures["clip"] = clip
         figures["representation (tiny, float16)"] = len(first.representation)
     finally:

@@ -401,8 +401,11 @@ class Supervisor(Background):
         except ResultMismatchError as exc:
             await self.fail(job, str(exc))
             return
-        if not applied:  # cancelled or purged meanwhile, or another supervisor got there first
-            await asyncio.to_thread(clip.unlink, missing_ok=True)
+        if not applied:  # cancelled or purged meanwhile, or applied already (another tick or process got there first)
+            async with self.bot.sessions() as session:
+                status = (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
+            if status is not JobStatus.DONE:  # a done job's recorded clip is this very file: never delete it
+                await asyncio.to_thread(clip.unlink, missing_ok=True)
         else:
             self.bot.metrics.turn_ended("done")
             waited = (utcnow() - job.queued_at).total_seconds()
@@ -499,7 +502,7 @@ class StoreWait:
 def _write_file(path: Path, data: bytes) -> None:
     """Write ``data`` whole or not at all: a refused write (a full disk) leaves no partial file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")  # two writers never share one
     try:
         tmp.write_bytes(data)
         tmp.replace(path)

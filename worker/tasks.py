@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -27,7 +28,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from celery import Task, signals
-from celery.exceptions import Ignore, SoftTimeLimitExceeded
+from celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from animegamer.settings import get_settings
@@ -61,6 +62,30 @@ class TurnTooLong(RuntimeError):
 
 class ClaimLost(RuntimeError):
     """Another worker holds this turn's claim now; raised from the progress callback to stop computing it."""
+
+
+class Stopping(RuntimeError):
+    """This process was asked to stop (SIGTERM); raised from the progress callback to hand the turn back."""
+
+
+# systemd's default KillMode=control-group sends SIGTERM to every process of the worker at once. A pool child
+# that dies of it mid-turn is a failed turn to Celery (WorkerLostError); so while a turn runs, SIGTERM only sets
+# ``stopping`` and the turn is handed back at its next step, while the parent shuts down warm. Idle, the child
+# exits at once, as billiard's own handler would have it.
+computing = threading.Event()
+stopping = threading.Event()
+
+
+def stop_at_next_step(signum: int, frame: Any) -> None:
+    if not computing.is_set():
+        raise SystemExit(-signum)
+    stopping.set()
+
+
+def _hand_back_on_sigterm() -> None:
+    """Installed per turn: billiard resets a child's handlers after its initializer, so not at start."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop_at_next_step)
 
 
 class Heartbeat:
@@ -175,7 +200,16 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         raise Ignore()
     heartbeat.holding.add(task_id)
     log.info("job %s started (task %s)", turn.job_id, task_id)
-    turn = self.blobs.resolve_request(turn)  # BlobError names the file: the turn fails with it
+    _hand_back_on_sigterm()
+    computing.set()
+    try:
+        return _compute(self, turn, task_id, heartbeat)
+    finally:
+        computing.clear()
+
+
+def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Heartbeat) -> dict[str, Any]:
+    turn = task.blobs.resolve_request(turn)  # BlobError names the file: the turn fails with it
 
     last_report = 0.0
 
@@ -184,25 +218,35 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         nonlocal last_report
         if task_id in heartbeat.lost:
             raise ClaimLost(task_id)
-        if _cancelled(self.control, task_id):
+        if stopping.is_set():
+            raise Stopping(task_id)
+        if _cancelled(task.control, task_id):
             raise TurnCancelled(task_id)
         now = time.monotonic()
         if step in (0, total) or now - last_report >= PROGRESS_EVERY_SECONDS:
             last_report = now
             try:
-                self.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
+                task.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
             except SoftTimeLimitExceeded:
                 raise  # the limit landed while the store was busy: it is the turn's, not the store's
             except Exception as exc:  # progress is for show; a store that is down must not fail the turn
                 log.warning("progress of %s not stored: %s", task_id, exc)
 
     try:
-        if self._pipelines is None:
+        if task._pipelines is None:
             report("loading", 0, 1)  # only a worker started with --no-preload loads on its first turn
-        result = self.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
+        result = task.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
     except TurnCancelled:
         log.info("turn %s (job %s) cancelled while it ran; stopped", task_id, turn.job_id)
         raise Ignore() from None
+    except Stopping:
+        heartbeat.holding.discard(task_id)
+        try:
+            task.control.release(task_id)  # the next worker to get the message may claim it at once
+        except Exception as exc:
+            log.warning("claim of %s not released (%s); it lapses in one lease", task_id, exc)
+        log.warning("turn %s (job %s) handed back: this worker is stopping", task_id, turn.job_id)
+        raise Reject("the worker is stopping", requeue=True) from None
     except ClaimLost:
         heartbeat.lost.discard(task_id)
         log.warning("turn %s (job %s) lost its claim to another worker; stopped", task_id, turn.job_id)
@@ -215,7 +259,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         raise Ignore()
     observe_turn(result.timings)
     log.info("job %s done in %.2fs", turn.job_id, sum(result.timings.values()))
-    return self.blobs.pack_result(result).model_dump(mode="json")
+    return task.blobs.pack_result(result).model_dump(mode="json")
 
 
 def _cancelled(control: JobControl, task_id: str) -> bool:

@@ -8,8 +8,13 @@ The model is loaded in the child, as it starts; the parent never runs torch. A p
 forks after torch computed (on the CPU, its OpenMP threads; on a GPU, its CUDA context) leaves
 a child that hangs on its first operation. So the parent checks only what it can without
 computing (the model's name, the toy model's file), and a child
-that still cannot load the model stops the whole worker, its reason in the log. SIGKILL of the
-whole worker leaves its turn to the bot, which sees the turn's claim lapse and sends it again.
+that still cannot load the model stops the whole worker, its reason in the log.
+
+Stopping: SIGTERM to the main process (`docker stop`) finishes the turn in hand, then exits (Celery's
+warm shutdown); SIGTERM to every process at once (systemd's default KillMode=control-group) hands the
+turn back at its next step, for the next worker, and exits (``worker.tasks.stop_at_next_step``).
+SIGKILL of the whole worker leaves its turn to the bot, which sees the turn's claim lapse and sends
+it again.
 
 With ANIMEGAMER_WORKER_METRICS_PORT set, each child serves /metrics as it starts (`worker.metrics`),
 so the child forked after a hard time limit serves it again.

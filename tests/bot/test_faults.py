@@ -244,6 +244,34 @@ async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double
     assert status == JobStatus.DONE and attempts == 2 and len(clip_posts(double)) == 1
 
 
+@pytest.mark.parametrize("to", ["main", "group"], ids=["to-the-main-process", "to-every-process"])
+async def test_sigterm_to_a_worker_mid_turn_ends_it_cleanly_and_the_turn_is_posted_once(to, double, tmp_path):
+    """``docker stop`` signals the main process; systemd's default KillMode=control-group every process at once."""
+    first = faulty_worker(tmp_path, "redis")
+    settings = settings_beside(first, tmp_path)
+    second = None
+    try:
+        async with running_bot(double, settings, first):
+            await start(double)
+            await accepted(await double.slash("act", SLOW, user=ALICE))
+            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+            if to == "main":
+                first.proc.send_signal(signal.SIGTERM)
+            else:
+                signal_all(first, signal.SIGTERM)
+            status = await asyncio.to_thread(first.proc.wait, 120)
+            second = await asyncio.to_thread(start_worker, first.env)  # takes the turn if it was handed back
+            posted = select(Job.status, Job.result_message_id)
+            rows = await wait_for_db(settings, posted, lambda r: r[0][1], timeout=240)
+            await asyncio.sleep(1.0)  # a few more ticks: nothing is posted twice
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert status == 0, first.log.read_text(errors="replace")[-3000:]
+    assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
+
+
 def signal_all(worker: Worker, sig: int) -> None:
     """``sig`` to the worker and its pool's children: what a frozen VM or a cut-off machine looks like (SIGSTOP)."""
     children = subprocess.run(["pgrep", "-P", str(worker.proc.pid)], capture_output=True, text=True).stdout.split()

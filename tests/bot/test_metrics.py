@@ -106,8 +106,8 @@ async def test_a_turn_no_worker_picked_up_in_time_is_counted_expired_once(double
 
 
 async def test_a_turn_that_fails_is_counted_failed_once(sqlite_worker, tmp_path):
-    settings = settings_beside(sqlite_worker, tmp_path)
-    (tmp_path / "clips").write_text("a file where the clips folder should be")  # every clip write fails
+    # The bot looks for the worker's clips in a blob folder of its own: the result cannot be read, the turn fails.
+    settings = settings_beside(sqlite_worker, tmp_path, blob_dir=tmp_path / "not-the-workers")
     async with DiscordDouble() as double, running_bot(double, settings, sqlite_worker) as bot:
         await play(double)
         await ended(settings, JobStatus.FAILED)
