@@ -104,20 +104,9 @@ class JobControl:
 # Redis
 # --------------------------------------------------------------------------------------------
 
-# Renew a claim only if this worker holds it or nobody does (a restarted Redis lost it); never
-# overwrite another holder or an ended claim.
-_RENEW = """
-local held = redis.call('GET', KEYS[1])
-if held == false or held == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
-
-
-# End a claim only if this worker holds it or nobody does.
-_END = """
+# Set a claim (renew it, or end it) only if this worker holds it or nobody does (a restarted Redis lost
+# it); never overwrite another holder or an ended claim. ARGV: the worker, the new value, its lifetime (ms).
+_SET_IF_MINE = """
 local held = redis.call('GET', KEYS[1])
 if held == false or held == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -132,8 +121,7 @@ class RedisControl(JobControl):
         import redis
 
         self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-        self._renew = self._client.register_script(_RENEW)
-        self._end = self._client.register_script(_END)
+        self._set_if_mine = self._client.register_script(_SET_IF_MINE)
 
     @staticmethod
     def _claim_key(task_id: str) -> str:
@@ -151,10 +139,11 @@ class RedisControl(JobControl):
         return Claim.TAKEN
 
     def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
-        return {t for t in task_ids if not self._renew(keys=[self._claim_key(t)], args=[owner, _ms(lease)])}
+        args = [owner, owner, _ms(lease)]
+        return {t for t in task_ids if not self._set_if_mine(keys=[self._claim_key(t)], args=args)}
 
     def end(self, task_id: str, owner: str, keep: float) -> bool:
-        return bool(self._end(keys=[self._claim_key(task_id)], args=[owner, ENDED, _ms(keep)]))
+        return bool(self._set_if_mine(keys=[self._claim_key(task_id)], args=[owner, ENDED, _ms(keep)]))
 
     def release(self, task_id: str) -> None:
         self._client.delete(self._claim_key(task_id))

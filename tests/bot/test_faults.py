@@ -69,6 +69,13 @@ async def done(settings: Settings, count: int = 1, timeout: float = 120) -> list
     )
 
 
+async def slow_turn_running(double: DiscordDouble, settings: Settings) -> None:
+    """Alice's slow turn (``SLOW``), taken and running on a worker: the moment these tests cause their fault."""
+    await start(double)
+    await accepted(await double.slash("act", SLOW, user=ALICE))
+    await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+
+
 def faulty_worker(tmp_path: Path, broker: str, **env: str) -> Worker:
     """A worker of the test's own whose pipeline hangs or dawdles on request (``tests.faulty_worker``)."""
     url = redis_url_or_skip() if broker == "redis" else None
@@ -227,9 +234,7 @@ async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double
     second = None
     try:
         async with running_bot(double, settings, first):
-            await start(double)
-            await accepted(await double.slash("act", SLOW, user=ALICE))
-            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+            await slow_turn_running(double, settings)
             first.kill(signal.SIGKILL)  # the whole worker, mid-turn
             second = await asyncio.to_thread(start_worker, first.env)  # a plain worker: the turn at full speed
             rows = await wait_for_db(
@@ -252,9 +257,7 @@ async def test_sigterm_to_a_worker_mid_turn_ends_it_cleanly_and_the_turn_is_post
     second = None
     try:
         async with running_bot(double, settings, first):
-            await start(double)
-            await accepted(await double.slash("act", SLOW, user=ALICE))
-            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+            await slow_turn_running(double, settings)
             if to == "main":
                 first.proc.send_signal(signal.SIGTERM)
             else:
@@ -286,9 +289,7 @@ async def test_a_worker_frozen_past_its_lease_stops_the_turn_another_took_and_it
     second = None
     try:
         async with running_bot(double, settings, first):
-            await start(double)
-            await accepted(await double.slash("act", SLOW, user=ALICE))
-            await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
+            await slow_turn_running(double, settings)
             signal_all(first, signal.SIGSTOP)  # frozen mid-turn: its lease lapses, the bot hands the turn back
             second = await asyncio.to_thread(start_worker, first.env, "tests.faulty_worker")
             await wait_for_db(settings, select(Job.attempts, Job.status), lambda r: r[0] == (2, JobStatus.RUNNING))
