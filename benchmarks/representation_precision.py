@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))
 from game.contract import HistoryTurn  # noqa: E402
 from game.motion import flow_for  # noqa: E402
 from game.state import StateDeltas  # noqa: E402
-from worker.pipeline.pipeline import AnimeGamerPipeline, load_pipeline  # noqa: E402
+from worker.pipeline.loading import load_pipeline  # noqa: E402
+from worker.pipeline.pipeline import AnimeGamerPipeline  # noqa: E402
 from worker.pipeline.prompt import build_prompt  # noqa: E402
 from worker.pipeline.vae import decode_latents  # noqa: E402
 

@@ -20,7 +20,7 @@ import time
 import torch
 
 from game.contract import TurnRequest
-from worker.pipeline.pipeline import load_pipeline
+from worker.pipeline.loading import load_pipeline
 from worker.pipeline.prompt import build_prompt
 
 DEMO = [

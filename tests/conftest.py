@@ -56,6 +56,6 @@ def redis_worker(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> It
 @pytest.fixture(scope="session")
 def tiny_pipeline():
     """One tiny pipeline for every in-process test that needs the model."""
-    from worker.pipeline.pipeline import load_pipeline
+    from worker.pipeline.loading import load_pipeline
 
     return load_pipeline("tiny", device="cpu")

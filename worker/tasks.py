@@ -130,7 +130,7 @@ class PipelineTask(Task):
     @property
     def pipelines(self) -> dict[str, AnimeGamerPipeline]:
         if self._pipelines is None:
-            from worker.pipeline.pipeline import load_pipelines
+            from worker.pipeline.loading import load_pipelines
 
             settings = get_settings()
             pipelines = load_pipelines(

@@ -11,7 +11,8 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import RANDOM_WEIGHTS_LABEL, BlobRef, HistoryTurn, TurnRequest, UnresolvedBlob
 from game.motion import flow_for
-from worker.pipeline.pipeline import PipelineLoadError, load_pipeline
+from worker.pipeline.loading import load_pipeline
+from worker.pipeline.pipeline import PipelineLoadError
 from worker.pipeline.video import decode_mp4, probe_mp4
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."

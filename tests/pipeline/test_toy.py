@@ -14,7 +14,8 @@ from game.contract import TurnRequest
 from training import metrics
 from training.toyworld import CHARACTERS_BY_NAME
 from worker.pipeline.config import tiny
-from worker.pipeline.pipeline import AnimeGamerPipeline, PipelineLoadError, load_pipeline
+from worker.pipeline.loading import load_pipeline
+from worker.pipeline.pipeline import AnimeGamerPipeline, PipelineLoadError
 from worker.pipeline.toy import (
     LABEL,
     SHIPPED,

@@ -135,7 +135,7 @@ def load_toy_pipeline(
     path: Path | None = None, device: str = "cpu", num_steps: int | None = None
 ) -> AnimeGamerPipeline:
     """The trained toy model as a pipeline, from ``path`` or the shipped file."""
-    from worker.pipeline.pipeline import AnimeGamerPipeline  # pipeline.py imports this module for load_pipeline
+    from worker.pipeline.pipeline import AnimeGamerPipeline  # the worker's parent reads toy headers without it
 
     path = Path(path) if path is not None else SHIPPED
     config, parts, metadata = read_toy_checkpoint(path)
