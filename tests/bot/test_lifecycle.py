@@ -81,7 +81,9 @@ async def test_the_reroll_button_works_after_a_restart(double, worker_settings, 
         click = await double.button(message_id, f"ag:turn:{job_id}:reroll", user=ALICE)
         await accepted(click)
         jobs = await wait_for_db(
-            worker_settings, select(Job.kind, Job.status, Job.result_message_id), lambda r: len(r) == 2 and r[1][2]
+            worker_settings,
+            select(Job.kind, Job.status, Job.result_message_id).order_by(Job.id),
+            lambda r: len(r) == 2 and all(message for *_, message in r),
         )
     assert jobs[1][:2] == ("reroll", JobStatus.DONE)
     assert len(clip_posts(double)) == 2

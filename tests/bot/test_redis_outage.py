@@ -61,8 +61,8 @@ async def test_the_bot_answers_while_redis_is_down_and_makes_the_turn_taken_mean
             await asyncio.to_thread(server.start)
             rows = await wait_for_db(
                 settings,
-                select(Job.status, Job.result_message_id),
-                lambda r: len(r) == 2 and r[1][1] is not None,
+                select(Job.status, Job.result_message_id).order_by(Job.id),
+                lambda r: len(r) == 2 and all(message for _, message in r),
                 timeout=120,
             )
             stall = bot.loop_watch.longest

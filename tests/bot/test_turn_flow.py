@@ -94,7 +94,9 @@ async def test_continue_opens_a_prefilled_modal_whose_submission_takes_the_next_
         nxt = "Character: Qiqi; Motion: quickly run; Background: night street."
         submit = await double.modal_submit(modal["data"]["custom_id"], {field["custom_id"]: nxt}, user=ALICE)
         await accepted(submit)
-        await wait_for_db(worker_settings, select(Job.result_message_id), lambda r: len(r) == 2 and r[1][0], timeout=90)
+        await wait_for_db(
+            worker_settings, select(Job.result_message_id), lambda r: len(r) == 2 and all(m for (m,) in r), timeout=90
+        )
     assert [t for (t,) in await read_db(worker_settings, select(Turn.instruction).order_by(Turn.id))] == [LINE, nxt]
 
 
