@@ -165,7 +165,10 @@ def next_event(job: JobClock, seen: Seen, now: datetime, limits: Limits) -> Even
         return Event.FAILED  # over the time limit and its worker never said so
     if seen is Seen.WORKING:
         return Event.BEAT
-    vanished = seen is Seen.ENDED or (seen is Seen.NOTHING and job.deadline_at is not None and now >= job.deadline_at)
+    # Nothing to see (LOST: a restarted broker forgot its claim and any result, made or not) is a worker gone only
+    # once its lease has lapsed: one still computing claims it again at its next renewal.
+    unseen = seen in (Seen.NOTHING, Seen.LOST) and job.deadline_at is not None and now >= job.deadline_at
+    vanished = seen is Seen.ENDED or unseen
     if vanished:
         return Event.HANDED_BACK if job.attempts < limits.attempts else Event.FAILED
     return None

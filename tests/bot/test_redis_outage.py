@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
+import redis.asyncio
 from sqlalchemy import select
 
 from db.models import Job, JobStatus
@@ -31,6 +32,19 @@ def bot_settings_for(worker: Worker, tmp_path: Path):
 
 def clip_posts(double: DiscordDouble) -> list:
     return [c for c in double.calls_to("POST", CLIP_POSTS) if any(f.filename.endswith(".mp4") for f in c.files)]
+
+
+async def stored_result(url: str, task_id: str, timeout: float) -> None:
+    """Wait until the worker has stored the task's result in Redis."""
+    store = redis.asyncio.Redis.from_url(url)
+    try:
+        for _ in range(int(timeout / 0.2)):
+            if b"SUCCESS" in (await store.get(f"celery-task-meta-{task_id}") or b""):
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await store.aclose()
+    raise AssertionError(f"no result was stored for task {task_id} within {timeout}s")
 
 
 async def act(double: DiscordDouble, motion: str):
@@ -124,4 +138,36 @@ async def test_a_turn_running_when_redis_restarts_is_finished_and_posted_once(do
         worker.kill()
         server.stop()
     assert rows[0][0] == JobStatus.DONE
+    assert len(clip_posts(double)) == 1
+
+
+async def test_a_turn_made_while_the_bot_is_down_and_forgotten_by_a_restarted_redis_is_made_again_once(
+    double, tmp_path
+):
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    worker = start_worker(
+        worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_NUM_STEPS="200", ANIMEGAMER_LEASE_SECONDS="6")
+    )
+    settings = bot_settings_for(worker, tmp_path)
+    try:
+        async with running_bot(double, settings, worker):
+            await (await double.slash("start", {"character": "Qiqi"}, user=ALICE)).answer()
+            await act(double, "gently wave")
+            ((task_id,),) = await wait_for_db(
+                settings, select(Job.task_id).where(Job.status == JobStatus.RUNNING), bool, timeout=60
+            )
+        # The bot is down; its worker finishes the turn and stores the result, which no one reads.
+        await stored_result(server.url(), task_id, timeout=120)
+        await asyncio.to_thread(server.restart)  # and the result is gone with it
+        async with running_bot(double, settings, worker):
+            rows = await wait_for_db(
+                settings, select(Job.status, Job.result_message_id, Job.attempts), lambda r: r[0][1], timeout=120
+            )
+            await asyncio.sleep(1.0)  # a few more ticks: nothing else is posted
+    finally:
+        worker.kill()
+        server.stop()
+    ((status, _, attempts),) = rows
+    assert status == JobStatus.DONE and attempts == 2  # made, forgotten unread, made again
     assert len(clip_posts(double)) == 1

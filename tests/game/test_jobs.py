@@ -115,6 +115,13 @@ def test_a_sent_turn_the_restarted_broker_lost_is_sent_again() -> None:
     assert next_event(clock(Q, deadline_in=-1), Seen.LOST, NOW, LIMITS) is Event.EXPIRED  # unless it is too late
 
 
+def test_a_running_turn_a_restarted_broker_forgot_is_handed_back_once_its_lease_lapses() -> None:
+    # Its worker may still be computing (it claims the turn again at its next renewal), or the result it stored
+    # unread went with the broker: only the lease tells which.
+    assert next_event(clock(R, deadline_in=5), Seen.LOST, NOW, LIMITS) is None
+    assert next_event(clock(R, deadline_in=-1), Seen.LOST, NOW, LIMITS) is Event.HANDED_BACK
+
+
 def test_an_unanswered_look_decides_nothing_but_the_time_limit() -> None:
     assert next_event(clock(R, deadline_in=-100), Seen.UNKNOWN, NOW, LIMITS) is None
     over = clock(R, deadline_in=-100, started_ago=LIMITS.run.total_seconds())
