@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from animegamer.settings import Settings
 from bot.buttons import TurnButton
+from bot.clip_store import ClipStore
 from bot.cogs.story.votes import VoteButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
@@ -80,6 +81,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
             from worker.celery_app import app as celery_app
         self.settings = settings
         self.queue = TurnQueue(celery_app, settings.broker_timeout)
+        self.clips = ClipStore.of(settings)
         self.supervisor = Supervisor(self)
         self.delivery = Delivery(self)
         self.loop_watch = LoopWatch()

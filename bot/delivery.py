@@ -27,7 +27,6 @@ import io
 import logging
 import random
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import discord
@@ -80,9 +79,6 @@ class Delivery:
         self._posting: dict[int, asyncio.Task[None]] = {}
         self._retry_at: dict[int, float] = {}  # job id -> monotonic time of its next attempt
         self._slots = asyncio.Semaphore(bot.settings.delivery_concurrency)
-
-    def clip_path(self, job: JobInfo) -> Path:
-        return self.bot.settings.data_dir / "clips" / str(job.guild_id) / f"job_{job.id}.mp4"
 
     async def post_pending(self) -> set[int]:
         """Start a task for every finished turn not yet posted (nor being posted, nor waiting to retry).
@@ -162,7 +158,7 @@ class Delivery:
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""
         try:
-            clip = await asyncio.to_thread(self._fitted_clip, turn.clip_path, job.guild_id)
+            clip = await asyncio.to_thread(self._fitted_clip, turn.clip_key, job.guild_id)
             files.insert(0, discord.File(io.BytesIO(clip), f"turn_{job.id}.mp4"))
         except (OSError, ClipTooLarge) as exc:
             log.error("job %s: clip not attachable: %s", job.id, exc)
@@ -194,10 +190,10 @@ class Delivery:
         await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
         notices.forget(job.id)
 
-    def _fitted_clip(self, clip_path: str | None, guild_id: int | None) -> bytes:
-        if not clip_path:
+    def _fitted_clip(self, clip_key: str | None, guild_id: int | None) -> bytes:
+        if not clip_key:
             raise OSError("no clip was recorded")
-        data = Path(clip_path).read_bytes()
+        data = self.bot.clips.path(clip_key).read_bytes()
         guild = self.bot.get_guild(guild_id) if guild_id else None
         limit = guild.filesize_limit - 64 * 1024 if guild is not None else 10 * 1024 * 1024  # room for the PNG
         if self.bot.settings.upload_limit_bytes:

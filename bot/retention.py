@@ -62,6 +62,7 @@ class Retention(Background):
             self.bot.sessions,
             representation_days=settings.representation_retention_days,
             clip_days=settings.clip_retention_days,
+            delete_clips=self.bot.clips.delete,
         )
         try:
             await asyncio.to_thread(self.bot.supervisor.blobs.delete_older_than, BLOB_KEEP)

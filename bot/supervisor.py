@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from bot.background import Background
+from bot.clip_store import ClipStore
 from bot.notices import Notices
 from bot.queue import Look, QueueUnavailable
 from bot.turns import ETA_GUESS_SECONDS, progress_text
@@ -387,7 +388,8 @@ class Supervisor(Background):
         except BlobError as exc:
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
-        clip = self.bot.delivery.clip_path(job)
+        key = ClipStore.key(job.guild_id, job.id)
+        clip = self.bot.clips.path(key)
         mp4 = inline(result.mp4, "the clip")
         try:
             await asyncio.to_thread(_write_file, clip, mp4)
@@ -397,7 +399,7 @@ class Supervisor(Background):
         self._storing.pop(job.id, None)
         try:
             async with self.bot.sessions() as session, session.begin():
-                applied = await apply_result(session, job.id, result, str(clip))
+                applied = await apply_result(session, job.id, result, key)
         except ResultMismatchError as exc:
             await self.fail(job, str(exc))
             return

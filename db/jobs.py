@@ -261,7 +261,7 @@ async def expire_job(session: AsyncSession, job_id: int) -> bool:
     )
 
 
-async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, clip_path: str | None) -> bool:
+async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, clip_key: str | None) -> bool:
     """Apply a finished turn to its character, once per job id; False if nothing was applied.
 
     The claim comes first: the SUCCEEDED move, also stamping ``applied_at``. Only the caller
@@ -321,7 +321,7 @@ async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, c
     turn.stamina_after, turn.social_after, turn.entertainment_after = after.stamina, after.social, after.entertainment
     turn.flow = result.flow
     turn.representation = inline(result.representation, "the result's representation")  # resolved by the caller
-    turn.clip_path = clip_path
+    turn.clip_key = clip_key
     turn.timings = json.dumps(result.timings)
     turn.label = result.label[:100]
     await session.flush()

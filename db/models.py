@@ -379,8 +379,8 @@ class Turn(Base):
             "ix_turns_with_clip",
             "created_at",
             "id",
-            sqlite_where=text("clip_path IS NOT NULL"),
-            postgresql_where=text("clip_path IS NOT NULL"),
+            sqlite_where=text("clip_key IS NOT NULL"),
+            postgresql_where=text("clip_key IS NOT NULL"),
         ),
         *_range_checks("d_motion", "d_social", "d_entertainment", "d_stamina", low=DELTA_MIN, high=DELTA_MAX),
         *_range_checks("stamina_after", "social_after", "entertainment_after"),
@@ -405,13 +405,14 @@ class Turn(Base):
     # About 868 KB at the published sizes, needed only by the next prompts' history: never loaded with
     # the row (a lazy load raises); ``undefer(Turn.representation)`` where a prompt needs it.
     representation: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True, deferred_raiseload=True)
-    clip_path: Mapped[str | None] = mapped_column(String(1024))
+    # The clip's key in the bot's clip store (bot/clip_store.py), never a path (revision 0007).
+    clip_key: Mapped[str | None] = mapped_column(String(1024))
     created_at: Mapped[CreatedAt]
     timings: Mapped[str | None] = mapped_column(Text)  # JSON {stage: seconds} from the worker (revision 0002)
     # Which weights made (or will make) its representation: the model, and for the published one the
     # character's own MLLM. A prompt's history only carries representations of the same key.
     model_key: Mapped[str | None] = mapped_column(String(100))
-    # When retention deleted the clip (clip_path is NULL from then on), so /history can say so (revision 0004).
+    # When retention deleted the clip (clip_key is NULL from then on), so /history can say so (revision 0004).
     clip_expired_at: Mapped[Timestamp | None]
     # What a viewer must be told about the model that made it, as the worker's result said (revision 0005).
     label: Mapped[str | None] = mapped_column(String(100))

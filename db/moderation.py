@@ -202,7 +202,7 @@ async def stories_of_player(session: AsyncSession, guild_id: int, user_id: int) 
 
 
 async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> list[str]:
-    """Delete a player's characters, turns and jobs (privacy); returns the clip files to delete.
+    """Delete a player's characters, turns and jobs (privacy); returns the keys of the clips to delete.
 
     Turns of shared stories go too: they are the player's content.
     """
@@ -216,14 +216,14 @@ async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> li
         return []
     clips = (
         await session.execute(
-            select(Turn.clip_path)
+            select(Turn.clip_key)
             .join(Character, Turn.character_id == Character.id)
-            .where(Character.player_id == player.id, Turn.clip_path.is_not(None))
+            .where(Character.player_id == player.id, Turn.clip_key.is_not(None))
         )
     ).scalars()
-    paths = [path for path in clips if path]
+    keys = [key for key in clips if key]
     await session.execute(delete(Player).where(Player.id == player.id))
-    return paths
+    return keys
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the next prompts, which carries the newest ``MAX_WINDOW - 1`` completed turns of
 of the story) made by the same weights. So the newest ``MAX_WINDOW`` completed turns of every
 character and of every story, per model key, keep theirs whatever their age; every other turn
 older than the setting loses it (the column is set to NULL). Clips go the same way: the file is
-deleted, ``clip_path`` becomes NULL and ``clip_expired_at`` says when, so /history can tell a
+deleted, ``clip_key`` becomes NULL and ``clip_expired_at`` says when, so /history can tell a
 player the clip expired instead of pointing at nothing.
 
 The work is index-driven and cut into batches, each its own short transaction (a SQLite write
@@ -20,10 +20,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, select, tuple_, update
@@ -45,7 +44,7 @@ class Kept(enum.Enum):
     @property
     def present(self) -> ColumnElement[bool]:
         """The partial index's WHERE, spelled the same so the planner uses it."""
-        return Turn.representation.is_not(None) if self is Kept.REPRESENTATIONS else Turn.clip_path.is_not(None)
+        return Turn.representation.is_not(None) if self is Kept.REPRESENTATIONS else Turn.clip_key.is_not(None)
 
 
 Cursor = tuple[datetime, int]  # (created_at, id) of the last turn a batch looked at
@@ -55,13 +54,13 @@ Cursor = tuple[datetime, int]  # (created_at, id) of the last turn a batch looke
 class Batch:
     looked_at: int
     pruned: list[int]
-    files: list[str]  # clip files to delete once the batch is committed
+    files: list[str]  # keys of the clips to delete once the batch is committed
     cursor: Cursor | None  # where the next batch starts; None: nothing older is left to look at
 
 
 def candidates(kind: Kept, before: datetime, after: Cursor | None = None, size: int = BATCH) -> Select[Any]:
     """The oldest turns made before ``before`` that still have ``kind``, from ``after`` on."""
-    stmt = select(Turn.id, Turn.created_at, Turn.character_id, Turn.story_id, Turn.model_key, Turn.clip_path).where(
+    stmt = select(Turn.id, Turn.created_at, Turn.character_id, Turn.story_id, Turn.model_key, Turn.clip_key).where(
         kind.present, Turn.created_at < before
     )
     if after is not None:
@@ -118,13 +117,13 @@ async def prune_batch(
         if row.story_id is not None and row.id in await newest("s", row.story_id, row.model_key):
             continue
         pruned.append(row.id)
-        if kind is Kept.CLIPS and row.clip_path:
-            files.append(row.clip_path)
+        if kind is Kept.CLIPS and row.clip_key:
+            files.append(row.clip_key)
     if pruned:
         values: dict[str, Any] = (
             {"representation": None}
             if kind is Kept.REPRESENTATIONS
-            else {"clip_path": None, "clip_expired_at": utcnow()}
+            else {"clip_key": None, "clip_expired_at": utcnow()}
         )
         await session.execute(update(Turn).where(Turn.id.in_(pruned)).values(**values))
     cursor = (rows[-1].created_at, rows[-1].id) if len(rows) == size else None
@@ -135,7 +134,7 @@ async def prune_batch(
 class Swept:
     representations: int = 0
     clips: int = 0
-    files_missing: list[str] = field(default_factory=list)  # clip files that were already gone
+    files_missing: list[str] = field(default_factory=list)  # keys of clips whose file was already gone
 
 
 async def sweep(
@@ -143,10 +142,14 @@ async def sweep(
     *,
     representation_days: int,
     clip_days: int,
+    delete_clips: Callable[[list[str]], list[str]],
     now: datetime | None = None,
     size: int = BATCH,
 ) -> Swept:
-    """Apply both retention settings to every old turn, batch by batch (0 days: keep forever)."""
+    """Apply both retention settings to every old turn, batch by batch (0 days: keep forever).
+
+    ``delete_clips`` deletes clips by key (the bot's clip store) and returns those already gone.
+    """
     now = now or utcnow()
     swept = Swept()
     for kind, days in ((Kept.REPRESENTATIONS, representation_days), (Kept.CLIPS, clip_days)):
@@ -161,22 +164,10 @@ async def sweep(
                 swept.representations += len(batch.pruned)
             else:
                 swept.clips += len(batch.pruned)
-                swept.files_missing += await asyncio.to_thread(_delete, batch.files)
+                swept.files_missing += await asyncio.to_thread(delete_clips, batch.files)
             if batch.cursor is None:
                 break
             cursor = batch.cursor
     if swept.representations or swept.clips:
         log.info("retention: %d representations and %d clips of old turns deleted", swept.representations, swept.clips)
     return swept
-
-
-def _delete(paths: Iterable[str]) -> list[str]:
-    missing = []
-    for path in paths:
-        try:
-            Path(path).unlink()
-        except FileNotFoundError:
-            missing.append(path)
-        except OSError as exc:  # a file we may not delete stays; its row no longer points at it
-            log.warning("retention: clip %s not deleted (%s)", path, exc)
-    return missing

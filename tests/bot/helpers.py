@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from animegamer.settings import Settings
 from bot.app import AnimeGamerBot
+from bot.clip_store import ClipStore
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import apply_result, create_turn, set_job_messages
 from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
@@ -169,13 +170,13 @@ async def seed_turn(
             clip = clip_path(settings, guild_id, job.id)
             clip.parent.mkdir(parents=True, exist_ok=True)
             clip.write_bytes(b"not really an mp4")
-            assert await apply_result(session, job.id, turn_result(job.id), str(clip))
+            assert await apply_result(session, job.id, turn_result(job.id), ClipStore.key(guild_id, job.id))
             await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
         return job.id
 
 
 def clip_path(settings: Settings, guild_id: int, job_id: int) -> Path:
-    return settings.data_dir / "clips" / str(guild_id) / f"job_{job_id}.mp4"
+    return ClipStore.of(settings).path(ClipStore.key(guild_id, job_id))
 
 
 def idle_queue(settings: Settings, tmp_path: Path) -> Celery:

@@ -18,6 +18,7 @@ from bot.retention import BLOB_KEEP
 from db.base import utcnow
 from db.models import Job, Turn
 from game.history import MAX_WINDOW
+from tests.bot.conftest import idle_settings, running_bot
 from tests.bot.helpers import clip_path, db_session, idle_queue, private_text, running_bot_on, seed_turn
 from tests.discord_double import member
 from worker.celery_app import make_celery
@@ -38,6 +39,26 @@ async def test_history_says_an_old_turns_clip_expired_once_retention_deleted_it(
     assert [line.endswith("(clip expired)") for line in lines] == [False] * MAX_WINDOW + [True]
     assert not clip_path(bot_settings, guild.id, jobs[0]).exists()
     assert all(clip_path(bot_settings, guild.id, job).exists() for job in jobs[1:])
+
+
+async def test_a_bot_started_from_another_folder_finds_the_clips_recorded_before(double, tmp_path, monkeypatch):
+    guild, first = double.guild, tmp_path / "first"
+    first.mkdir()
+    monkeypatch.chdir(first)
+    before = idle_settings(Path("data"), database_url=f"sqlite+aiosqlite:///{tmp_path}/game.db")  # the default
+    async with running_bot(double, before):
+        jobs = [await seed_turn(before, guild.id, guild.channel.id, ALICE.id, done=True) for _ in range(MAX_WINDOW + 1)]
+    async with db_session(before) as session:
+        await session.execute(update(Turn).values(created_at=utcnow() - timedelta(days=45)))
+    clip = clip_path(before, guild.id, jobs[0])
+    assert clip.is_file()
+
+    monkeypatch.chdir(tmp_path)  # a service manager starts it elsewhere, naming the same data folder
+    after = before.model_copy(update={"data_dir": first / "data"})
+    async with running_bot(double, after) as bot:
+        swept = await bot.retention.run_once()
+    assert (swept.clips, swept.files_missing) == (1, [])
+    assert not clip.exists()
 
 
 async def test_a_sweep_deletes_blobs_older_than_any_turn_can_wait_for_them(double, bot_settings, tmp_path):

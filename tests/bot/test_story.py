@@ -59,7 +59,7 @@ async def add_finished_turns(settings, clips: list[Path], first_seq: int = 1) ->
                     instruction=f"Character: Qiqi; Motion: step {seq}; Background: town.",
                     seed=seq,
                     model="tiny",
-                    clip_path=str(clip),
+                    clip_key=str(clip),  # a path outside the clip folder reads as itself
                     **state,
                 )
             )

@@ -142,7 +142,7 @@ async def _create_all(url: str) -> None:
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0006"
+    assert head_revision() == "0007"
     assert await current_revision(db_url) == head_revision()
 
 
@@ -293,7 +293,7 @@ def test_revision_0004_keeps_each_players_oldest_turn_in_flight_and_cancels_the_
         "(3, 2, 't2', 'act', 'running', 1, 5, CURRENT_TIMESTAMP), (4, 3, 't3', 'act', 'queued', 1, 6, NULL), "
         "(6, 6, 't6', 'act', 'cancelled', 1, 6, NULL)",
     )
-    upgrade(url)
+    upgrade(url, "0004")
     rows = run_sql(url, "SELECT id, status, error IS NOT NULL, cancel_marked_at IS NOT NULL FROM jobs ORDER BY id")
     # Job 3, cancelled after it was sent, waits for its workers to be told (the supervisor's cancel marks find
     # it); job 6, cancelled before it was sent, has no workers to tell.
@@ -360,3 +360,31 @@ def test_revision_0006_keeps_stories_and_its_downgrade_drops_only_vote_stories(n
             url,
             "INSERT INTO stories (guild_id, channel_id, title, turn_order, created_by) VALUES (1, 13, 't', 'vote', 5)",
         )
+
+
+def test_revision_0007_turns_stored_clip_paths_into_keys_and_its_downgrade_back(new_db_url: Callable[[], str]) -> None:
+    url = new_db_url()
+    upgrade(url, "0006")
+    run_sql(
+        url,
+        "INSERT INTO guilds (id, name) VALUES (1, 'g')",
+        "INSERT INTO players (id, guild_id, user_id) VALUES (1, 1, 5)",
+        "INSERT INTO characters (id, player_id, name, is_active) VALUES (1, 1, 'Qiqi', TRUE)",
+        "INSERT INTO turns (id, character_id, instruction, seed, model, clip_path) VALUES "
+        "(1, 1, 'a', 1, 'toy', 'data/clips/1/job_1.mp4'), (2, 1, 'b', 1, 'toy', '/srv/bot/data/clips/1/job_2.mp4'), "
+        "(3, 1, 'c', 1, 'toy', NULL), (4, 1, 'd', 1, 'toy', '/elsewhere/job_4.mp4')",
+    )
+    upgrade(url)
+    assert run_sql(url, "SELECT id, clip_key FROM turns ORDER BY id") == [
+        (1, "1/job_1.mp4"),
+        (2, "1/job_2.mp4"),
+        (3, None),
+        (4, "/elsewhere/job_4.mp4"),  # not in a clip folder: kept, and read as the path it is
+    ]
+    downgrade(url, "0006")
+    assert run_sql(url, "SELECT id, clip_path FROM turns ORDER BY id") == [
+        (1, "data/clips/1/job_1.mp4"),
+        (2, "data/clips/1/job_2.mp4"),
+        (3, None),
+        (4, "/elsewhere/job_4.mp4"),
+    ]

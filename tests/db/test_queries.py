@@ -47,7 +47,7 @@ async def _stats(sessions: Sessions, character_id: int) -> tuple[int, int, int]:
 
 async def _apply(sessions: Sessions, job_id: int, result: TurnResult) -> bool:
     async with sessions() as s, s.begin():
-        return await j.apply_result(s, job_id, result, clip_path=f"clips/{job_id}.mp4")
+        return await j.apply_result(s, job_id, result, clip_key=f"clips/{job_id}.mp4")
 
 
 async def _play(sessions: Sessions, make_result: MakeResult, character_id: int, story_id: int | None = None) -> int:
@@ -149,7 +149,7 @@ async def test_apply_result_stores_the_turn_and_finishes_the_job(sessions: Sessi
     assert job.status is JobStatus.DONE and job.applied_at is not None and job.progress == 1.0
     assert (turn.d_motion, turn.d_social, turn.d_entertainment, turn.d_stamina) == (-4, 2, 3, 1)
     assert (turn.stamina_after, turn.social_after, turn.entertainment_after) == (55, 60, 65)
-    assert (turn.flow, turn.representation, turn.clip_path) == (1.5, f"rep-{job_id}".encode(), f"clips/{job_id}.mp4")
+    assert (turn.flow, turn.representation, turn.clip_key) == (1.5, f"rep-{job_id}".encode(), f"clips/{job_id}.mp4")
 
 
 async def test_apply_result_happens_exactly_once(sessions: Sessions, make_result: MakeResult) -> None:

@@ -102,7 +102,7 @@ def _rows() -> tuple[list[dict], list[dict]]:
                 "social_after": 50 if done else None,
                 "entertainment_after": 50 if done else None,
                 "representation": b"r" if done and age < RECENT else None,
-                "clip_path": f"clips/job_{i}.mp4" if done and age < RECENT else None,
+                "clip_key": f"clips/job_{i}.mp4" if done and age < RECENT else None,
                 "created_at": made,
             }
         )

@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import undefer
 
+from bot.clip_store import ClipStore
 from db import jobs as j
 from db import queries as q
 from db.base import utcnow
@@ -50,7 +51,7 @@ async def _play(
         )
         clip = clips / f"job_{job.id}.mp4"
         clip.write_bytes(b"clip")
-        assert await j.apply_result(s, job.id, make_result(job.id), str(clip))
+        assert await j.apply_result(s, job.id, make_result(job.id), clip.name)  # its key in the clip store
         await s.execute(update(Turn).where(Turn.id == turn.id).values(created_at=utcnow() - age))
         return turn.id
 
@@ -58,7 +59,7 @@ async def _play(
 async def _kept(sessions: Sessions) -> dict[int, tuple[bool, bool]]:
     """Each turn: (still has its representation, still has its clip)."""
     async with sessions() as s:
-        rows = await s.execute(select(Turn.id, Turn.representation.is_not(None), Turn.clip_path.is_not(None)))
+        rows = await s.execute(select(Turn.id, Turn.representation.is_not(None), Turn.clip_key.is_not(None)))
         return {turn_id: (rep, clip) for turn_id, rep, clip in rows}
 
 
@@ -74,7 +75,7 @@ async def test_old_turns_lose_both_and_the_characters_newest_five_keep_both(
 ) -> None:
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips) for _ in range(8)]
-    swept = await sweep(sessions, representation_days=7, clip_days=30)
+    swept = await sweep(sessions, representation_days=7, clip_days=30, delete_clips=ClipStore(clips).delete)
     newest = set(turns[-MAX_WINDOW:])
     assert await _kept(sessions) == {t: (t in newest, t in newest) for t in turns}
     assert (swept.representations, swept.clips) == (3, 3)
@@ -86,7 +87,7 @@ async def test_recent_turns_keep_both_whatever_their_number(
 ) -> None:
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips, age=timedelta(days=2)) for _ in range(8)]
-    await sweep(sessions, representation_days=7, clip_days=30)
+    await sweep(sessions, representation_days=7, clip_days=30, delete_clips=ClipStore(clips).delete)
     assert await _kept(sessions) == {t: (True, True) for t in turns}
 
 
@@ -95,7 +96,7 @@ async def test_each_setting_has_its_own_age_and_zero_keeps_forever(
 ) -> None:
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips, age=timedelta(days=10)) for _ in range(7)]
-    await sweep(sessions, representation_days=7, clip_days=0)
+    await sweep(sessions, representation_days=7, clip_days=0, delete_clips=ClipStore(clips).delete)
     assert await _kept(sessions) == {t: (t in turns[-MAX_WINDOW:], True) for t in turns}
 
 
@@ -110,7 +111,7 @@ async def test_a_storys_newest_five_keep_both_though_each_player_played_more_sin
     async with sessions() as s:
         story = await s.get_one(Story, story_id)
         history_before = await j.build_history(s, story, window=MAX_WINDOW, model_key="toy")
-    await sweep(sessions, representation_days=7, clip_days=30)
+    await sweep(sessions, representation_days=7, clip_days=30, delete_clips=ClipStore(clips).delete)
     kept = {t for t, (rep, _) in (await _kept(sessions)).items() if rep}
     assert kept == set(story_turns[-MAX_WINDOW:]) | set(solo)
     async with sessions() as s:
@@ -135,7 +136,7 @@ async def test_the_next_prompts_history_is_the_same_after_a_sweep(
             ]
 
     before = await histories()
-    await sweep(sessions, representation_days=1, clip_days=1)
+    await sweep(sessions, representation_days=1, clip_days=1, delete_clips=ClipStore(clips).delete)
     assert await histories() == before
     assert all(len(h) == MAX_WINDOW - 1 for h in before)
 
@@ -145,7 +146,7 @@ async def test_a_sweep_goes_batch_by_batch_through_every_old_turn(
 ) -> None:
     characters = [await _character(sessions, user) for user in range(100, 104)]
     turns = [await _play(sessions, make_result, c, clips) for c in characters * 7]
-    swept = await sweep(sessions, representation_days=7, clip_days=30, size=3)
+    swept = await sweep(sessions, representation_days=7, clip_days=30, size=3, delete_clips=ClipStore(clips).delete)
     assert (swept.representations, swept.clips) == (4 * 2, 4 * 2)
     assert sum(rep for rep, _ in (await _kept(sessions)).values()) == len(turns) - 8
 
@@ -156,9 +157,9 @@ async def test_an_expired_clip_is_recorded_and_a_missing_file_is_no_error(
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips) for _ in range(MAX_WINDOW + 1)]
     (clips / f"job_{turns[0]}.mp4").unlink()  # someone removed it by hand already
-    swept = await sweep(sessions, representation_days=0, clip_days=30)
-    assert swept.files_missing == [str(clips / f"job_{turns[0]}.mp4")]
+    swept = await sweep(sessions, representation_days=0, clip_days=30, delete_clips=ClipStore(clips).delete)
+    assert swept.files_missing == [f"job_{turns[0]}.mp4"]
     async with sessions() as s:
         oldest = await s.get_one(Turn, turns[0], options=[undefer(Turn.representation)])
-    assert oldest.clip_path is None and oldest.clip_expired_at is not None
+    assert oldest.clip_key is None and oldest.clip_expired_at is not None
     assert oldest.representation is not None  # representations are kept forever (0 days)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import discord
@@ -21,17 +20,6 @@ if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
 
 log = logging.getLogger(__name__)
-
-
-def _delete_files(paths: list[str]) -> int:
-    deleted = 0
-    for path in paths:
-        try:
-            Path(path).unlink()
-            deleted += 1
-        except FileNotFoundError:
-            continue
-    return deleted
 
 
 def _shown_target(action: str, target: str) -> str:
@@ -54,7 +42,7 @@ class DataCommands:
             stories = await moderation.stories_of_player(session, interaction.guild_id, user.id)
             clips = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
-        deleted = await asyncio.to_thread(_delete_files, clips)
+        deleted = len(clips) - len(await asyncio.to_thread(self.bot.clips.delete, clips))
         for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
             await asyncio.to_thread(forget, folder_in(self.bot.settings.data_dir), story_id)
         await fill(

@@ -239,7 +239,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         self, story_id: int, turns: list[tuple[Turn, str]], limit: int
     ) -> tuple[list[discord.File], str]:
         """The recap clip to attach (none when it cannot be) and a note saying why there is none."""
-        clips = [(turn.id, Path(turn.clip_path)) for turn, _ in turns if turn.clip_path]
+        clips = [(turn.id, self.bot.clips.path(turn.clip_key)) for turn, _ in turns if turn.clip_key]
         clips = [(turn_id, path) for turn_id, path in clips if path.is_file()]
         if not clips:
             return [], "\n(No clips are left to join.)"
@@ -264,7 +264,9 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         if not turns:
             raise Refusal("Nothing has happened in this story yet.")
         # Reading and base64-encoding every clip blocks: off the event loop, so every other command still runs.
-        page, left_out = await asyncio.to_thread(story_page, story.title, turns, self._upload_limit(interaction))
+        page, left_out = await asyncio.to_thread(
+            story_page, story.title, turns, self.bot.clips, self._upload_limit(interaction)
+        )
         note = f" The {left_out} oldest clips did not fit in one file." if left_out else ""
         title = discord.utils.escape_markdown(story.title)
         text = f"📖 **{title}**, {len(turns)} turns: open the page in a browser.{note}"

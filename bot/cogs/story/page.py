@@ -12,21 +12,23 @@ from dataclasses import replace
 from pathlib import Path
 
 from animegamer.story_page import StoryRow, embedded, render_story
+from bot.clip_store import ClipStore
 from db.jobs import turn_outcome
 from db.models import Turn
 
 log = logging.getLogger(__name__)
 
 
-def story_page(title: str, turns: list[tuple[Turn, str]], limit: int) -> tuple[bytes, int]:
+def story_page(title: str, turns: list[tuple[Turn, str]], clips: ClipStore, limit: int) -> tuple[bytes, int]:
     """The page and how many clips (the oldest) were left out to keep it under ``limit`` bytes. Reads every clip
     file: call it off the event loop."""
     rows = [_row(turn, name) for turn, name in turns]
     budget = limit - len(_page(title, turns, rows)) - 1024  # the page without clips, and room for the tags
     left_out = 0
     for index in range(len(turns) - 1, -1, -1):  # newest first: those are the ones a late reader has not seen
-        path = Path(turns[index][0].clip_path or "")
-        if not path.is_file():  # none, or retention emptied it: the row stays, without a clip
+        key = turns[index][0].clip_key
+        path = clips.path(key) if key else None
+        if path is None or not path.is_file():  # none, or retention emptied it: the row stays, without a clip
             continue
         clip = "" if left_out else _clip(path)
         if clip is None:  # gone since it was looked at
