@@ -4,7 +4,7 @@ A local Celery worker process is started on the configured broker (the embedded 
 by default), each turn is sent by task name with the character's history, and the result is
 applied with the game's own rules. Clips are written atomically, so a file that exists is
 complete. Clips and representations too large for the queue go through the blob folder the
-local worker shares (``worker.blob_store``), as they do between the bot and its workers.
+local worker shares (``relay.blob_store``), as they do between the bot and its workers.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Any
 from celery import Celery
 from celery.result import AsyncResult
 
-from animegamer.settings import Settings
 from game.contract import TASK_NAME, HistoryTurn, TurnRequest, TurnResult, inline
 from game.history import MAX_WINDOW, past_turns_for
 from game.instruction import Instruction
 from game.state import CharacterState
-from worker.blob_store import BlobError, BlobStore, store_for
+from relay.blob_store import BlobError, BlobStore, store_for
+from relay.settings import Settings
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -45,9 +45,10 @@ class SetupError(RuntimeError):
 
 def connect(settings: Settings) -> Celery:
     """Check the model name and the queue before starting anything, and return the Celery app."""
-    from worker.celery_app import BrokerUnavailable, app, check_broker
+    from relay.celery_app import BrokerUnavailable, check_broker, make_celery
     from worker.pipeline.config import UnknownModelError, check_model_name
 
+    app = make_celery(settings)
     try:
         check_model_name(settings.model)
         check_broker(app, settings.broker_timeout)
@@ -161,7 +162,7 @@ class LocalGame:
         )
 
     def queue(self, instruction: Instruction) -> str:
-        from worker.celery_app import queue_for
+        from relay.celery_app import queue_for
 
         return queue_for(self.settings, instruction.character)
 

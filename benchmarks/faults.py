@@ -35,9 +35,9 @@ from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from animegamer.settings import Settings
 from bot.app import AnimeGamerBot
 from db.models import Job, JobStatus
+from relay.settings import Settings
 from tests.bot.conftest import read_db, settings_beside, wait_for_db
 from tests.bot.helpers import EPHEMERAL, dead_queue, running_bot_on, shown
 from tests.discord_double import ATTACH_FILES, DEFAULT_PERMISSIONS, Channel, DiscordDouble, Guild, member

@@ -30,14 +30,14 @@ from safetensors.torch import save as save_safetensors
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from animegamer.settings import Settings  # noqa: E402
 from game.contract import TASK_NAME, HistoryTurn, TurnRequest, TurnResult  # noqa: E402
 from game.state import StateDeltas  # noqa: E402
+from relay.blob_store import store_for  # noqa: E402
+from relay.celery_app import make_celery  # noqa: E402
+from relay.control import Holder, RedisControl  # noqa: E402
+from relay.settings import Settings  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 from tests.workers import Worker, settings_for, start_worker, worker_env  # noqa: E402
-from worker.blob_store import store_for  # noqa: E402
-from worker.celery_app import make_celery  # noqa: E402
-from worker.control import Holder, RedisControl  # noqa: E402
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 DELTAS = StateDeltas(motion=1, social=0, entertainment=1, stamina=-1)

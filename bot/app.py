@@ -19,7 +19,6 @@ from discord import app_commands
 from discord.ext import commands
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from animegamer.settings import Settings
 from bot.buttons import TurnButton
 from bot.clip_store import ClipStore
 from bot.cogs.story.votes import VoteButton
@@ -35,6 +34,8 @@ from bot.sync import sync_if_changed
 from bot.watchdog import LoopWatch
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade_async
+from relay.celery_app import make_celery
+from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         )
         self.stopping = False  # set on SIGTERM (animegamer.cli.bot): new commands are told to come back
         if celery_app is None:
-            from worker.celery_app import app as celery_app
+            celery_app = make_celery(settings)
         self.settings = settings
         self.queue = TurnQueue(celery_app, settings.broker_timeout)
         self.clips = ClipStore.of(settings)

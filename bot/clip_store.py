@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from prometheus_client.process_collector import ProcessCollector
 
 from game.instruction import InstructionError, parse
 from game.jobs import IN_FLIGHT
-from worker.celery_app import RELEASE_MODEL, queue_for, served_queues
+from relay.celery_app import RELEASE_MODEL, queue_for, served_queues
 
 if TYPE_CHECKING:
-    from animegamer.settings import Settings
     from db.jobs import JobInfo
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from celery import Celery, states
 
 from game.contract import TASK_NAME, TurnRequest
 from game.jobs import Seen
-from worker.control import Holder, JobControl, Presence, control_for
+from relay.control import Holder, JobControl, Presence, control_for
 
 T = TypeVar("T")
 

@@ -17,8 +17,8 @@ from db.retention import Swept, sweep
 from game.history import MAX_WINDOW
 
 if TYPE_CHECKING:
-    from animegamer.settings import Settings
     from bot.app import AnimeGamerBot
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 

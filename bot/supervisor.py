@@ -69,8 +69,8 @@ from game.history import DEFAULT_WINDOW
 from game.instruction import parse
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
 from game.schedule import Waiting, fair_order, fifo_order, window_for
-from worker.blob_store import BlobError, store_for
-from worker.celery_app import RELEASE_MODEL, queue_for
+from relay.blob_store import BlobError, store_for
+from relay.celery_app import RELEASE_MODEL, queue_for
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot

@@ -38,13 +38,13 @@ from db.models import Character, GuildSettings, JobKind, Story, StoryStatus, Tur
 from db.queries import active_character, get_guild_settings, member_of_story, next_in_turn
 from game.errors import TurnInFlightError
 from game.instruction import Instruction, InstructionError, from_fields, parse
-from worker.celery_app import RELEASE_MODEL
+from relay.celery_app import RELEASE_MODEL
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from animegamer.settings import Settings
     from bot.app import AnimeGamerBot
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ carry ``version`` so a bot and a worker from different releases refuse each othe
 and hold plain data only.
 
 Large bytes (clips, representations) never ride the queue: above a size set in settings they
-are written to a blob store the bot and the workers both reach (``worker.blob_store``) and the message
+are written to a blob store the bot and the workers both reach (``relay.blob_store``) and the message
 carries a ``BlobRef``, their hash and size. Every field that may be large is a ``Blob``: inline
 bytes or such a reference. Whoever reads one resolves it first; ``inline`` says so when not.
 """

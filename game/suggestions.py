@@ -21,7 +21,7 @@ from game.instruction import MAX_FIELD_CHARS, InstructionError, parse
 DATA = Path(__file__).parent / "data"
 TOY_VOCABULARY = DATA / "toy_vocabulary.json"
 DEMO = DATA / "demo.txt"
-RELEASE_MODEL = "animegamer"  # the published model's name in settings (worker.celery_app.RELEASE_MODEL)
+RELEASE_MODEL = "animegamer"  # the published model's name in settings (relay.celery_app.RELEASE_MODEL)
 MAX_CHOICES = 25  # Discord shows at most 25 autocomplete choices
 
 

@@ -1,6 +1,6 @@
 """One line per test tier from pytest's JUnit reports: passed, failed, skipped and seconds.
 
-    python scripts/tier_summary.py out/tiers/fast.xml out/tiers/slow.xml
+python scripts/tier_summary.py out/tiers/fast.xml out/tiers/slow.xml
 """
 
 from __future__ import annotations

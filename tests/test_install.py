@@ -59,7 +59,7 @@ sys.meta_path.insert(0, Absent())
 def test_the_bot_and_its_commands_load_without_the_model_libraries(tmp_path) -> None:
     script = BLOCKED + (
         "import asyncio\n"
-        "from animegamer.settings import Settings\n"
+        "from relay.settings import Settings\n"
         "from bot.app import AnimeGamerBot, EXTENSIONS\n"
         "from animegamer.cli import main\n"
         f"bot = AnimeGamerBot(Settings(data_dir={str(tmp_path)!r}))\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 
 def test_the_metrics_endpoints_listen_on_loopback_unless_set(tmp_path, monkeypatch):

@@ -21,10 +21,10 @@ import pytest
 from celery import Celery
 from celery.result import AsyncResult
 
-from animegamer.settings import Settings
 from game.contract import TASK_NAME, TurnRequest
+from relay.celery_app import make_celery
+from relay.settings import Settings
 from tests import tiers
-from worker.celery_app import make_celery
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -5,10 +5,10 @@ loaded once per pool child, as it starts (``animegamer worker``), and never per 
 imported only when the pipeline is needed.
 
 Past turns' representations may arrive, and the clip and representation leave, by reference
-into the shared blob store (``worker.blob_store``); a blob that is missing or damaged fails the
+into the shared blob store (``relay.blob_store``); a blob that is missing or damaged fails the
 turn with a message naming the file.
 
-Before it computes anything the task takes the job's claim (``worker.control``): a turn that
+Before it computes anything the task takes the job's claim (``relay.control``): a turn that
 was cancelled, or that another delivery of the same message already holds or finished, is
 dropped with ``Ignore`` (nothing stored, the message acknowledged). While it runs, a heartbeat
 thread renews the claim, and every progress report checks the cancel mark, so a cancelled
@@ -27,16 +27,16 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from celery import Task, signals
+from celery import Task, shared_task, signals
 from celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from animegamer.settings import get_settings
 from game.contract import TASK_NAME, TurnRequest
 from game.instruction import parse
-from worker.blob_store import BlobStore, store_for
-from worker.celery_app import app, served_queues
-from worker.control import Claim, JobControl, control_for
+from relay.blob_store import BlobStore, store_for
+from relay.celery_app import served_queues
+from relay.control import Claim, JobControl, control_for
+from relay.settings import get_settings
 from worker.metrics import observe_turn
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class PipelineTask(Task):
         self._heartbeat = None
 
 
-@app.task(bind=True, base=PipelineTask, name=TASK_NAME)
+@shared_task(bind=True, base=PipelineTask, name=TASK_NAME)
 def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]:
     try:
         turn = TurnRequest.model_validate(request)
@@ -252,7 +252,7 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
         log.warning("turn %s (job %s) lost its claim to another worker; stopped", task_id, turn.job_id)
         raise Ignore() from None
     except SoftTimeLimitExceeded:
-        raise TurnTooLong(f"the turn ran past its soft time limit ({app.conf.task_soft_time_limit} s)") from None
+        raise TurnTooLong(f"the turn ran past its soft time limit ({task.app.conf.task_soft_time_limit} s)") from None
     if task_id in heartbeat.lost:  # lost after its last step: the result is the new holder's to give
         heartbeat.lost.discard(task_id)
         log.warning("turn %s (job %s) lost its claim to another worker; its result is dropped", task_id, turn.job_id)
@@ -272,18 +272,18 @@ def _cancelled(control: JobControl, task_id: str) -> bool:
         return False
 
 
-@signals.task_postrun.connect(sender=generate_turn)
-def _end_claim(task_id: str | None = None, state: str | None = None, **_: Any) -> None:
+@signals.task_postrun.connect
+def _end_claim(sender: Task | None = None, task_id: str | None = None, state: str | None = None, **_: Any) -> None:
     """After Celery stored the outcome (or ignored the task): the claim is over."""
-    if task_id is None or state is None:
+    if sender is None or sender.name != TASK_NAME or task_id is None or state is None:
         return
-    task = generate_turn
+    task = sender
     heartbeat = task._heartbeat
     if heartbeat is None or task_id not in heartbeat.holding:
         return  # dropped before claiming: the claim is someone else's
     heartbeat.holding.discard(task_id)
     try:
-        if not task.control.end(task_id, heartbeat.owner, keep=float(app.conf.result_expires or 86400)):
+        if not task.control.end(task_id, heartbeat.owner, keep=float(task.app.conf.result_expires or 86400)):
             log.warning("claim of %s is another worker's; left as it is", task_id)
     except Exception as exc:
         log.warning("claim of %s not marked ended: %s", task_id, exc)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from animegamer.cli import bot, checkpoints, data, db, demo, inspect_prompt, play, train, worker
-from animegamer.settings import get_settings
+from relay.settings import get_settings
 
 COMMANDS = (demo, play, worker, db, bot, inspect_prompt, checkpoints, data, train)
 

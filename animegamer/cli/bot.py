@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot

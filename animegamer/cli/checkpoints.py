@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from animegamer.cli.arguments import positive
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

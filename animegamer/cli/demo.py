@@ -25,9 +25,9 @@ from animegamer.local_game import (
     run_turn,
     write_atomically,
 )
-from animegamer.settings import Settings
 from animegamer.story_page import StoryRow, render_story
 from game.instruction import Instruction, InstructionError, parse
+from relay.settings import Settings
 
 PAGE = "story.html"
 

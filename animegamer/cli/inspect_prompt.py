@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from animegamer.settings import Settings
 from game.contract import HistoryTurn
 from game.history import MAX_WINDOW
 from game.instruction import InstructionError, parse
 from game.state import StateDeltas
+from relay.settings import Settings
 
 EXIT_BAD_INPUT = 2  # the same code argparse uses for a bad command line
 EXIT_NO_TOKENIZER = 1

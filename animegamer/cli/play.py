@@ -23,10 +23,10 @@ from animegamer.local_game import (
     run_turn,
     write_atomically,
 )
-from animegamer.settings import Settings
 from animegamer.story_page import StoryRow, render_story
 from game.instruction import EXPECTED_FORM, Instruction, InstructionError, from_fields, parse
 from game.state import CharacterState
+from relay.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from animegamer.cli.arguments import non_negative, positive
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 if TYPE_CHECKING:  # training imports torch: only when a command runs
     from training.config import ToyModelConfig, TrainConfig

@@ -29,7 +29,7 @@ import signal
 import sys
 from typing import Any
 
-from animegamer.settings import Settings
+from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from celery import signals
 
+    from relay.celery_app import BrokerUnavailable, check_broker, make_celery, served_queues
     from worker import metrics
-    from worker.celery_app import BrokerUnavailable, app, check_broker, served_queues
     from worker.pipeline.pipeline import PipelineLoadError
-    from worker.tasks import generate_turn
+    from worker.tasks import generate_turn  # a shared task: it joins the app made here
+
+    app = make_celery(settings)
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded broker's and results' files live there
     # A finished turn is worth waiting for: a worker stores its result through a result store that

@@ -27,7 +27,7 @@ depends_on: str | Sequence[str] | None = None
 
 OLD_STATES = ("queued", "running", "done", "failed", "cancelled")
 NEW_STATES = (*OLD_STATES, "expired")
-RELEASE_MODEL = "animegamer"  # worker.celery_app.RELEASE_MODEL; revisions never import app code
+RELEASE_MODEL = "animegamer"  # relay.celery_app.RELEASE_MODEL; revisions never import app code
 
 
 def _status_check(states: tuple[str, ...]) -> str:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from animegamer.settings import Settings
 from bot.app import AnimeGamerBot
 from db.engine import make_engine, make_sessionmaker
 from db.models import Character, Job, Turn
+from relay.celery_app import make_celery
+from relay.settings import Settings
 from tests.discord_double import DiscordDouble
 from tests.workers import Worker, settings_for
-from worker.celery_app import make_celery
 
 QUICK = {"delivery_poll_seconds": 0.1, "progress_edit_seconds": 1.0}  # a bot that moves jobs every 0.1 s
 

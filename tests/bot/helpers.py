@@ -15,16 +15,16 @@ from celery import Celery
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from animegamer.settings import Settings
 from bot.app import AnimeGamerBot
 from bot.clip_store import ClipStore
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import apply_result, create_turn, set_job_messages
 from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
 from db.queries import get_or_create_character
+from relay.celery_app import make_celery
+from relay.settings import Settings
 from tests.discord_double import DiscordDouble, InteractionHandle, Recorded
 from tests.results import turn_result
-from worker.celery_app import make_celery
 
 EPHEMERAL = 1 << 6
 

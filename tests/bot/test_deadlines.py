@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from relay.celery_app import make_celery
 from tests.bot.helpers import ALL_COMMANDS, WriteLock, private_text, running_bot_on, shown
 from tests.discord_double import DiscordDouble, member
-from worker.celery_app import make_celery
 
 ALICE = member("alice")
 MOD = member("mod", manage_guild=True)

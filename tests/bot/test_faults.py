@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from animegamer.settings import Settings
 from db.models import AuditLog, Character, Job, JobStatus
+from relay.settings import Settings
 from tests.bot.conftest import read_db, running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, dead_queue, private_text, refusal, running_bot_on, shown
 from tests.discord_double import ATTACH_FILES, DEFAULT_PERMISSIONS, WEBHOOK_PATH, Channel, DiscordDouble, Guild, member

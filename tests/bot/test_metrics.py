@@ -12,9 +12,9 @@ import logging
 import pytest
 from sqlalchemy import select
 
-from animegamer.settings import Settings
 from bot.app import AnimeGamerBot
 from db.models import Job, JobStatus
+from relay.settings import Settings
 from tests.bot.conftest import running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, idle_queue, running_bot_on, shown
 from tests.discord_double import DiscordDouble, member

@@ -12,17 +12,17 @@ from pathlib import Path
 from celery import states
 from sqlalchemy import update
 
-from animegamer.settings import Settings
 from bot.queue import TurnQueue
 from bot.retention import BLOB_KEEP
 from db.base import utcnow
 from db.models import Job, Turn
 from game.history import MAX_WINDOW
+from relay.celery_app import make_celery
+from relay.control import SqlControl
+from relay.settings import Settings
 from tests.bot.conftest import idle_settings, running_bot
 from tests.bot.helpers import clip_path, db_session, idle_queue, private_text, running_bot_on, seed_turn
 from tests.discord_double import member
-from worker.celery_app import make_celery
-from worker.control import SqlControl
 
 ALICE = member("alice")
 

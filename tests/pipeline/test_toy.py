@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from animegamer.settings import Settings
 from game.contract import TurnRequest
+from relay.settings import Settings
 from training import metrics
 from training.toyworld import CHARACTERS_BY_NAME
 from worker.pipeline.config import tiny

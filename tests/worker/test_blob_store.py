@@ -14,8 +14,8 @@ import pytest
 
 from game.contract import BlobRef, HistoryTurn, TurnRequest, TurnResult
 from game.state import StateDeltas
+from relay.blob_store import REQUESTS, BlobError, FolderBlobStore
 from tests.results import turn_result
-from worker.blob_store import REQUESTS, BlobError, FolderBlobStore
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 ZERO = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
@@ -128,5 +128,5 @@ def test_retention_in_a_store_never_written_deletes_nothing(tmp_path):
 
 def test_the_blob_store_does_not_import_torch():
     """The bot imports it, and the bot never imports torch."""
-    code = "import sys, worker.blob_store; print('torch' in sys.modules)"
+    code = "import sys, relay.blob_store; print('torch' in sys.modules)"
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"

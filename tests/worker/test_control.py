@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from relay.control import Claim, Holder, JobControl, RedisControl, SqlControl
 from tests import tiers
-from worker.control import Claim, Holder, JobControl, RedisControl, SqlControl
 
 LEASE = 0.2  # seconds
 

@@ -21,15 +21,15 @@ import torch
 from celery import Celery
 from safetensors.torch import save as save_safetensors
 
-from animegamer.settings import Settings
 from game.contract import TASK_NAME, BlobRef, HistoryTurn, TurnRequest, TurnResult
 from game.state import StateDeltas
+from relay.blob_store import BlobError, FolderBlobStore, store_for
+from relay.celery_app import make_celery
+from relay.control import Holder, RedisControl
+from relay.settings import Settings
 from tests import tiers
 from tests.redis_server import RedisServer
 from tests.workers import Worker, settings_for, start_worker, worker_env
-from worker.blob_store import BlobError, FolderBlobStore, store_for
-from worker.celery_app import make_celery
-from worker.control import Holder, RedisControl
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 DELTAS = StateDeltas(motion=1, social=0, entertainment=1, stamina=-1)

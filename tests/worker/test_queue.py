@@ -11,9 +11,9 @@ import uuid
 import pytest
 
 from game.contract import TASK_NAME, TurnRequest, TurnResult
+from relay.blob_store import store_for
+from relay.celery_app import BrokerUnavailable, check_broker, make_celery
 from tests.workers import Worker, redis_url_or_skip, settings_for, start_worker, worker_env
-from worker.blob_store import store_for
-from worker.celery_app import BrokerUnavailable, check_broker, make_celery
 from worker.pipeline.video import decode_mp4
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
@@ -24,7 +24,7 @@ def send_turn(worker: Worker, prefix: str, seed: int = 1):
 
 
 def test_importing_the_celery_app_and_its_task_does_not_import_torch():
-    code = "import sys, worker.celery_app, worker.tasks; print('torch' in sys.modules)"
+    code = "import sys, relay.celery_app, worker.tasks; print('torch' in sys.modules)"
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from animegamer.settings import Settings
 from game.contract import RESULT_KEEP_SECONDS, BlobRef, HistoryTurn, TurnRequest, TurnResult
 from game.state import StateDeltas
+from relay.blob_store import REQUESTS, BlobError, FolderBlobStore, RedisBlobStore, result_scope, store_for
+from relay.settings import Settings
 from tests.results import turn_result
-from worker.blob_store import REQUESTS, BlobError, FolderBlobStore, RedisBlobStore, result_scope, store_for
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 ZERO = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from kombu.utils.url import maybe_sanitize_url
 
-from animegamer.settings import Settings
 from game.contract import RESULT_KEEP_SECONDS, Blob, BlobRef, TurnRequest, TurnResult
+from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
-"""The Celery app, configured from settings; importing it never imports torch.
+"""The Celery app, configured from settings; importing this module builds none and never imports torch.
 
-The bot and the CLI import this module to send ``animegamer.generate_turn`` by name; a
-worker process imports it too and then ``worker.tasks`` registers the task. Long GPU turns
+Each process makes its own with ``make_celery(settings)``: the bot and the CLI to send
+``animegamer.generate_turn`` by name, a worker to run it (``worker.tasks`` defines it as a shared task,
+which joins the app it runs in). Long GPU turns
 want late acks (a worker that vanishes leaves its message to be delivered again; the job's
 claim keeps a second delivery from running it twice), one message prefetched at a time, and a
 hard time limit, which the prefork pool enforces by killing the child (stored as a failure).
@@ -18,17 +19,17 @@ from celery import Celery
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.utils.url import maybe_sanitize_url
 
-from animegamer.settings import Settings, get_settings
 from game.contract import RESULT_KEEP_SECONDS, TASK_NAME
+from relay.settings import Settings
 
 RELEASE_MODEL = "animegamer"  # worker.pipeline.config.RELEASE, without importing the model code
 
 # Our SQLAlchemy transport deletes acked messages and redelivers lost ones (see sqlite_broker.py).
-TRANSPORT_ALIASES["sqla"] = "worker.sqlite_broker:Transport"
+TRANSPORT_ALIASES["sqla"] = "relay.sqlite_broker:Transport"
 
 
 def make_celery(settings: Settings) -> Celery:
-    app = Celery("animegamer", broker=settings.broker_url, backend=settings.result_backend, include=["worker.tasks"])
+    app = Celery("animegamer", broker=settings.broker_url, backend=settings.result_backend)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -97,6 +98,3 @@ def check_broker(app: Celery, timeout: float) -> None:
             f"The queue at {broker} does not answer ({type(exc).__name__}: {exc}). "
             "Start it, or unset ANIMEGAMER_BROKER_URL and ANIMEGAMER_RESULT_BACKEND to use the embedded queue."
         ) from exc
-
-
-app = make_celery(get_settings())

@@ -12,7 +12,7 @@ One lock guards the channel's SQLAlchemy session: under the prefork pool, billia
 and timeout handler threads acknowledge messages (``basic_ack``) while the main thread is
 inside ``_get``, and a session shared by two threads ends "in 'prepared' state".
 
-``worker.celery_app`` registers it as the ``sqla`` transport, so broker URLs keep kombu's form
+``relay.celery_app`` registers it as the ``sqla`` transport, so broker URLs keep kombu's form
 (``sqla+sqlite:///data/broker.db``).
 """
 
