@@ -3,10 +3,13 @@ two tiers (``tests/tiers.py``): a test that uses a slow fixture is marked slow a
 
 from __future__ import annotations
 
+import asyncio
+import io
 import signal
 from collections.abc import Iterator
 
 import pytest
+import pytest_timeout
 
 from tests import tiers
 from tests.scrape import free_port
@@ -29,6 +32,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     tiers.running(None)  # fixtures torn down now (a session's servers after its last test) stop, never start
+
+
+def _with_asyncio_tasks(dump_threads):
+    """pytest-timeout prints every thread's stack, where an async test's hang shows only as the event loop's idle
+    poll: print each asyncio task's stack too, which names the await that never returned."""
+
+    def dump_stacks(terminal) -> None:
+        dump_threads(terminal)
+        loop = asyncio._get_running_loop()  # the test's loop, interrupted by the alarm in its poll
+        for task in asyncio.all_tasks(loop) if loop is not None else ():
+            terminal.sep("~", title=f"asyncio task {task.get_name()}")
+            stack = io.StringIO()
+            task.print_stack(file=stack)
+            terminal.write(stack.getvalue())
+
+    return dump_stacks
+
+
+pytest_timeout.dump_stacks = _with_asyncio_tasks(pytest_timeout.dump_stacks)
 
 
 @pytest.fixture(scope="session")

@@ -140,3 +140,4 @@ def test_a_hung_test_fails_alone_at_its_time_limit_with_its_stack_and_the_run_go
     assert "2 failed, 1 passed" in run.stdout, run.stdout[-3000:]
     assert run.stdout.count("Timeout (>2.0s)") >= 2, run.stdout[-3000:]
     assert "threading.Event().wait()" in run.stdout  # the hung line, in the stack printed for it
+    assert "await asyncio.Event().wait()" in run.stdout  # an async test's: its task's stack, not the loop's poll
