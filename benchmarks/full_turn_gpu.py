@@ -23,6 +23,7 @@ import torch
 
 from game.contract import TurnRequest
 from game.motion import flow_for
+from media.mp4 import encode_mp4
 from worker.pipeline.characters import SharedMLLM, random_parts
 from worker.pipeline.config import get_config
 from worker.pipeline.decoder import AnimeGamerDecoder
@@ -30,7 +31,6 @@ from worker.pipeline.memory import STAGES, Placement, plan
 from worker.pipeline.pipeline import AnimeGamerPipeline, _default_dtype
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.vae import decode_latents
-from worker.pipeline.video import encode_mp4
 
 LINE = "Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky."
 RELEASE_STATE_BUDGET = 200

@@ -119,7 +119,7 @@ def main() -> None:
         if not args.skip_before:
             module = folder / "old_clips.py"
             source = subprocess.run(
-                ["git", "show", f"{BEFORE_COMMIT}:bot/clips.py"], cwd=ROOT, capture_output=True, text=True, check=True
+                ["git", "show", f"{BEFORE_COMMIT}:media/clips.py"], cwd=ROOT, capture_output=True, text=True, check=True
             )
             module.write_text(source.stdout)
             before = _run(BEFORE, *argv, str(module))

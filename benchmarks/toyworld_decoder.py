@@ -39,6 +39,7 @@ from safetensors.torch import load as load_safetensors  # noqa: E402
 
 from game.contract import TurnRequest  # noqa: E402
 from game.motion import flow_for  # noqa: E402
+from media.mp4 import encode_mp4  # noqa: E402
 from training import metrics  # noqa: E402
 from training.config import ToyModelConfig  # noqa: E402
 from training.dataset import load_toyworld, write_toyworld  # noqa: E402
@@ -51,7 +52,6 @@ from worker.pipeline.pipeline import REPRESENTATION_KEY  # noqa: E402
 from worker.pipeline.sampler import DPMSolverSDESampler  # noqa: E402
 from worker.pipeline.toy import load_toy_pipeline  # noqa: E402
 from worker.pipeline.vae import build_vae  # noqa: E402
-from worker.pipeline.video import encode_mp4  # noqa: E402
 
 FRESH_CLIPS, FRESH_SEED = 300, 12345  # the same unseen set as toyworld_eval.py
 

@@ -35,13 +35,13 @@ import torch
 from game.contract import HistoryTurn, TurnRequest
 from game.history import past_turns_for
 from game.state import StateDeltas
+from media.mp4 import encode_mp4
 from training import metrics
 from training.dataset import Episode, load_toyworld, split, write_toyworld
 from training.phase_a import frames_to_tensor
 from training.toyworld import CHARACTERS_BY_NAME, CLIP
 from worker.pipeline.pipeline import AnimeGamerPipeline
 from worker.pipeline.vae import decode_latents
-from worker.pipeline.video import encode_mp4
 
 FRESH_CLIPS, FRESH_SEED = 300, 12345  # the default evaluated set: a seed no training run uses
 CALIBRATION_CLIPS, CALIBRATION_SEED = 400, 777  # ~7 clips per (action, level) for the flow scale

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 import discord
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
-from bot.clips import ClipTooLarge, fit_to_size
 from db.jobs import (
     JobInfo,
     earlier_story_turns_unposted,
@@ -42,6 +41,7 @@ from db.jobs import (
     turn_of_job,
     turn_outcome,
 )
+from media.clips import ClipTooLarge, fit_to_size
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bot.clips import ClipTooLarge, fit_file, join_files
+from media.clips import ClipTooLarge, fit_file, join_files
 
 logger = logging.getLogger(__name__)
 

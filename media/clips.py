@@ -1,9 +1,7 @@
-"""MP4 work the bot does itself: joining a story's clips and fitting a clip under the server's upload limit.
+"""The bot's MP4 work: joining a story's clips and fitting a clip under the server's upload limit.
 
-The bot never imports the worker (which pulls in torch), so this is its own small PyAV code. Every function here is
-CPU-bound and blocking: call it through `asyncio.to_thread`. Output follows the worker's conventions, H.264 / yuv420p
-with the index at the front so Discord plays it inline, and encoding is deterministic so the same input gives the
-same bytes.
+Every function here is CPU-bound and blocking: call it through `asyncio.to_thread`. Output is the workers' own
+(media/mp4.py's encoder), so a recap looks like the clips it is made of and the same input gives the same bytes.
 
 Memory stays bounded whatever the story's length: files are read and written by path, packets are copied one at a
 time, and a re-encode holds one decoded frame plus x264's own lookahead, never a clip's (or a story's) frame list.
@@ -12,7 +10,6 @@ A 100-turn recap at 480x720 once decoded into a list took about 880 MB; `benchma
 
 from __future__ import annotations
 
-import io
 import logging
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -20,34 +17,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal
 
 import av
-from av.video.frame import PictureType
 from av.video.stream import VideoStream
+
+from media.mp4 import CRF, encode, frame_rate, probe, video_stream
 
 logger = logging.getLogger(__name__)
 
-JOIN_CRF = 20  # the worker's quality: a recap should look like the clips it is made of
-PRESET = "medium"
-# Without these, x264's macroblock-tree rate control and threading gave different bytes run to run. One thread also
-# bounds memory: x264's frame threads would each hold frames of their own.
-X264_PARAMS = "threads=1:lookahead-threads=1:mbtree=0"
 FIT_TRIES = 2  # a re-encode at the bitrate the limit allows, then one more aimed lower by how far the first missed
 FIT_HEADROOM = 0.92  # of the limit the video may take: x264's average bitrate overshoots a little on short clips
 MP4_OVERHEAD_BYTES = 2048 + 16  # the moov header, plus per frame (below) its sample table entries
 MP4_BYTES_PER_FRAME = 16
 MIN_BITS_PER_PIXEL = 0.05  # below this per frame, smaller frames look better than blockier ones
 MIN_SCALE = 0.25
-
-
-class ClipInfo(TypedDict):
-    codec: str
-    pix_fmt: str
-    frames: int
-    width: int
-    height: int
-    fps: float
 
 
 class ClipTooLarge(Exception):
@@ -80,19 +64,9 @@ class _Layout:
     rate: Fraction
 
 
-def _video(container: av.container.InputContainer) -> VideoStream:
-    if not container.streams.video:
-        raise ValueError("the MP4 holds no video stream")
-    return container.streams.video[0]
-
-
-def _rate(stream: VideoStream) -> Fraction:
-    return Fraction(stream.average_rate or stream.guessed_rate or 8)  # a guess only for a rateless stream
-
-
 def _layout(path: Path) -> _Layout:
     with av.open(str(path), mode="r") as container:
-        stream = _video(container)
+        stream = video_stream(container)
         ctx = stream.codec_context
         return _Layout(
             codec=ctx.name,
@@ -101,29 +75,8 @@ def _layout(path: Path) -> _Layout:
             pix_fmt=str(ctx.pix_fmt),
             extradata=bytes(ctx.extradata or b""),
             time_base=Fraction(stream.time_base or 0),
-            rate=_rate(stream),
+            rate=frame_rate(stream),
         )
-
-
-def _probe(container: av.container.InputContainer) -> ClipInfo:
-    stream = _video(container)
-    ctx = stream.codec_context
-    num_frames = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-    return ClipInfo(
-        codec=ctx.name,
-        pix_fmt=str(ctx.pix_fmt),
-        frames=int(num_frames),
-        width=int(ctx.width),
-        height=int(ctx.height),
-        fps=float(_rate(stream)),
-    )
-
-
-def probe(mp4: bytes | Path) -> ClipInfo:
-    """Codec, pixel format, frame count, size and frame rate of the first video stream, without ffprobe."""
-    source = str(mp4) if isinstance(mp4, Path) else io.BytesIO(mp4)
-    with av.open(source, mode="r") as container:
-        return _probe(container)
 
 
 def _even(value: float) -> int:
@@ -135,49 +88,9 @@ def _decoded(paths: Sequence[Path]) -> Iterator[av.VideoFrame]:
     """Every frame of every clip in order, decoded one at a time as the encoder asks for it."""
     for path in paths:
         with av.open(str(path), mode="r") as container:
-            stream = _video(container)
+            stream = video_stream(container)
             stream.thread_type = "SLICE"  # frame threads would hold several decoded frames each
             yield from container.decode(stream)
-
-
-def _encode(
-    frames: Iterator[av.VideoFrame],
-    out: Path,
-    fps: Fraction,
-    width: int,
-    height: int,
-    rate: dict[str, str],
-    bit_rate: int | None = None,
-) -> int:
-    """H.264 / yuv420p / faststart at `width` x `height` into `out`; returns the frames written.
-
-    `rate` is x264's rate control: a CRF, or with `bit_rate` (bits per second) a VBV cap.
-
-    Each frame is scaled to the output size when it differs and encoded as it arrives, so memory does not grow with
-    the number of frames.
-    """
-    written = 0
-    with av.open(str(out), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width = width
-        stream.height = height
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = 1 / fps
-        stream.codec_context.thread_count = 1  # output independent of the machine's core count
-        if bit_rate is not None:
-            stream.bit_rate = bit_rate
-        stream.options = {"preset": PRESET, "x264-params": X264_PARAMS, **rate}
-        for decoded in frames:
-            frame = decoded.reformat(width=width, height=height, format="yuv420p")
-            frame.pict_type = PictureType.NONE  # let x264 choose frame types, not the source's decoder
-            frame.pts = written
-            frame.time_base = 1 / fps
-            container.mux(stream.encode(frame))
-            written += 1
-        container.mux(stream.encode())  # flush the frames x264 still holds
-    if not written:
-        raise ValueError("the MP4 holds no video frames")
-    return written
 
 
 def _copy(paths: Sequence[Path], out: Path) -> None:
@@ -188,10 +101,10 @@ def _copy(paths: Sequence[Path], out: Path) -> None:
         last_dts: int | None = None
         for path in paths:
             with av.open(str(path), mode="r") as source:
-                stream = _video(source)
+                stream = video_stream(source)
                 if target is None:
                     target = container.add_stream_from_template(stream)
-                frame_ticks = max(1, round(1 / (_rate(stream) * stream.time_base)))
+                frame_ticks = max(1, round(1 / (frame_rate(stream) * stream.time_base)))
                 packets = (packet for packet in source.demux(stream) if packet.dts is not None)
                 first = next(packets, None)
                 if first is None:
@@ -229,7 +142,7 @@ def join_files(paths: Sequence[Path], out: Path) -> Literal["copy", "encode"]:
         _copy(paths, out)
         return "copy"
     width, height = _even(first.width), _even(first.height)
-    _encode(_decoded(paths), out, first.rate, width, height, {"crf": str(JOIN_CRF)})
+    encode(_decoded(paths), out, first.rate, width, height, {"crf": str(CRF)})
     return "encode"
 
 
@@ -252,8 +165,7 @@ def fit_file(src: Path, limit_bytes: int, out: Path) -> Path:
     size = src.stat().st_size
     if size <= limit_bytes:
         return src
-    with av.open(str(src), mode="r") as container:
-        info = _probe(container)
+    info = probe(src)
     fps = Fraction(info["fps"]).limit_denominator(1001)
     seconds = info["frames"] / float(fps)
     budget = limit_bytes - MP4_OVERHEAD_BYTES - MP4_BYTES_PER_FRAME * info["frames"]
@@ -263,7 +175,7 @@ def fit_file(src: Path, limit_bytes: int, out: Path) -> Path:
         width, height = _fit_size(bitrate, info["width"], info["height"], fps)
         # A VBV cap keeps x264's average from drifting far above the target on a short clip.
         vbv = {"maxrate": str(int(bitrate * 1.5)), "bufsize": str(int(bitrate * 2))}
-        _encode(_decoded([src]), out, fps, width, height, vbv, bit_rate=int(bitrate))
+        encode(_decoded([src]), out, fps, width, height, vbv, bit_rate=int(bitrate))
         got = out.stat().st_size
         smallest = min(smallest, got)
         logger.info(

@@ -1,39 +1,79 @@
-"""MP4 in and out, in memory, with PyAV.
+"""MP4 in and out with PyAV: the one encoder every clip is written with, a decoder and a probe.
 
 Clips are H.264 / yuv420p with the index (moov) at the front, the combination that plays inline in browsers and in
 Discord's client without a download. Encoding is deterministic so that a retried turn with the same seed yields the
-same bytes.
+same bytes, and a recap or a shrunk clip the same bytes for the same clips.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 import os
 import tempfile
+from collections.abc import Iterable
 from fractions import Fraction
+from pathlib import Path
 from typing import TypedDict
 
 import av
 import numpy as np
-
-logger = logging.getLogger(__name__)
+from av.video.frame import PictureType
+from av.video.stream import VideoStream
 
 CRF = 20  # visually near-lossless for 480p anime frames, a 17-frame clip stays well under Discord's upload limit
 PRESET = "medium"
 # Measured here: with x264's macroblock-tree rate control on, the same frames gave different bytes
 # from run to run in a process that had run the model (1 run in 8 identical); with it off, and
-# the encoder's and lookahead's threads pinned to one, 8 in 8. The same seed must give the same clip.
+# the encoder's and lookahead's threads pinned to one, 8 in 8. One thread also bounds memory: x264's
+# frame threads would each hold frames of their own.
 X264_PARAMS = "threads=1:lookahead-threads=1:mbtree=0"
 
 
-class MP4Info(TypedDict):
+class ClipInfo(TypedDict):
     codec: str
     pix_fmt: str
     frames: int
     width: int
     height: int
     fps: float
+
+
+def encode(
+    frames: Iterable[av.VideoFrame],
+    out: Path,
+    fps: Fraction,
+    width: int,
+    height: int,
+    rate: dict[str, str],
+    bit_rate: int | None = None,
+) -> int:
+    """H.264 / yuv420p / faststart at `width` x `height` into `out`; returns the frames written.
+
+    `rate` is x264's rate control: a CRF, or with `bit_rate` (bits per second) a VBV cap. Each frame is converted
+    to the output size and format as it arrives, so memory does not grow with the number of frames.
+    """
+    written = 0
+    with av.open(str(out), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width = width
+        stream.height = height
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = 1 / fps
+        stream.codec_context.thread_count = 1  # output independent of the machine's core count
+        if bit_rate is not None:
+            stream.bit_rate = bit_rate
+        stream.options = {"preset": PRESET, "x264-params": X264_PARAMS, **rate}
+        for source in frames:
+            frame = source.reformat(width=width, height=height, format="yuv420p")
+            frame.pict_type = PictureType.NONE  # let x264 choose frame types, not a source decoder's
+            frame.pts = written
+            frame.time_base = 1 / fps
+            container.mux(stream.encode(frame))
+            written += 1
+        container.mux(stream.encode())  # flush the frames x264 still holds
+    if not written:
+        raise ValueError("the MP4 holds no video frames")
+    return written
 
 
 def _check_frames(frames: np.ndarray, fps: int) -> None:
@@ -49,37 +89,16 @@ def _check_frames(frames: np.ndarray, fps: int) -> None:
 
 
 def encode_mp4(frames: np.ndarray, fps: int) -> bytes:
-    """Encode RGB frames `(T, H, W, 3)` uint8 into MP4 bytes (H.264, yuv420p, faststart)."""
+    """Encode RGB frames `(T, H, W, 3)` uint8 into MP4 bytes at the clips' quality (CRF)."""
     _check_frames(frames, fps)
-
+    _, height, width, _ = frames.shape
+    rgb = (av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24") for frame in frames)
     # faststart moves moov before mdat by reopening the output by name after writing, which an in-memory buffer
     # cannot do, so the clip goes through a temporary file.
     with tempfile.TemporaryDirectory(prefix="animegamer-mp4-") as tmp:
-        path = os.path.join(tmp, "clip.mp4")
-        _write_mp4(path, frames, fps)
-        with open(path, "rb") as f:
-            return f.read()
-
-
-def _write_mp4(path: str, frames: np.ndarray, fps: int) -> None:
-    _, height, width, _ = frames.shape
-    with av.open(path, mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width = width
-        stream.height = height
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = Fraction(1, fps)
-        # One encoder thread: x264 output is then independent of the machine's core count.
-        stream.codec_context.thread_count = 1
-        stream.options = {"crf": str(CRF), "preset": PRESET, "x264-params": X264_PARAMS}
-        for index, rgb in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-            frame.pts = index
-            frame.time_base = Fraction(1, fps)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():  # flush delayed frames
-            container.mux(packet)
+        path = Path(os.path.join(tmp, "clip.mp4"))
+        encode(rgb, path, Fraction(fps), width, height, {"crf": str(CRF)})
+        return path.read_bytes()
 
 
 def decode_mp4(data: bytes) -> np.ndarray:
@@ -91,20 +110,28 @@ def decode_mp4(data: bytes) -> np.ndarray:
     return np.stack(frames)
 
 
-def probe_mp4(data: bytes) -> MP4Info:
-    """Codec, pixel format, frame count, size and frame rate of the first video stream (no ffprobe needed)."""
-    with av.open(io.BytesIO(data), mode="r") as container:
-        if not container.streams.video:
-            raise ValueError("the MP4 holds no video stream")
-        stream = container.streams.video[0]
+def video_stream(container: av.container.InputContainer) -> VideoStream:
+    if not container.streams.video:
+        raise ValueError("the MP4 holds no video stream")
+    return container.streams.video[0]
+
+
+def frame_rate(stream: VideoStream) -> Fraction:
+    return Fraction(stream.average_rate or stream.guessed_rate or 8)  # a guess only for a rateless stream
+
+
+def probe(mp4: bytes | Path) -> ClipInfo:
+    """Codec, pixel format, frame count, size and frame rate of the first video stream, without ffprobe."""
+    source = str(mp4) if isinstance(mp4, Path) else io.BytesIO(mp4)
+    with av.open(source, mode="r") as container:
+        stream = video_stream(container)
         ctx = stream.codec_context
-        rate = stream.average_rate or stream.guessed_rate
         num_frames = stream.frames or sum(1 for packet in container.demux(stream) if packet.size)
-        return MP4Info(
+        return ClipInfo(
             codec=ctx.name,
             pix_fmt=str(ctx.pix_fmt),
             frames=int(num_frames),
             width=int(ctx.width),
             height=int(ctx.height),
-            fps=float(rate) if rate else 0.0,
+            fps=float(frame_rate(stream)),
         )

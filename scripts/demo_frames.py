@@ -21,8 +21,8 @@ sys.path.insert(0, str(REPO))
 from game.contract import HistoryTurn, TurnRequest  # noqa: E402
 from game.history import past_turns_for  # noqa: E402
 from game.instruction import parse  # noqa: E402
+from media.mp4 import decode_mp4  # noqa: E402
 from worker.pipeline.toy import load_toy_pipeline  # noqa: E402
-from worker.pipeline.video import decode_mp4  # noqa: E402
 
 FRAMES = (0, 4, 8, 12, 16)
 SCALE = 2

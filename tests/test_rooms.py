@@ -1,6 +1,6 @@
-"""The house's rooms (DESIGN.md): what moves a turn lives in `relay/`, which the bot and the worker both import
-and which imports neither; the bot imports no worker module and the worker no bot module; no import builds a
-Celery app (each process makes its own from its settings)."""
+"""The house's rooms (DESIGN.md): what moves a turn lives in `relay/` and MP4 in `media/`, which the bot and
+the worker both import and which import neither; the bot imports no worker module and the worker no bot module;
+no import builds a Celery app (each process makes its own from its settings)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
-    "relay": {"bot", "worker", "db", "animegamer", "torch"},
+    "relay": {"bot", "worker", "db", "animegamer", "media", "torch"},
+    "media": {"bot", "worker", "db", "animegamer", "relay", "torch"},
     "bot": {"worker", "torch", "transformers", "diffusers"},
     "worker": {"bot", "db"},
     "game": {"bot", "worker", "relay", "db", "animegamer"},

@@ -11,8 +11,8 @@ from pathlib import Path
 import av
 import pytest
 
-from bot.clips import ClipTooLarge
 from bot.recaps import forget, recap_file
+from media.clips import ClipTooLarge
 from tests.bot.clip_samples import FRAMES, story_clips
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_a_removed_turn_makes_a_new_file_even_when_the_last_turn_is_the_same(cli
 def test_a_recap_too_large_even_re_encoded_is_remembered_not_encoded_again(
     clips: list[Path], folder: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.clips")
+    caplog.set_level(logging.INFO, logger="media.clips")
     with pytest.raises(ClipTooLarge) as first:
         recap_file(folder, 7, _turns(clips[:2]), 1000)
     tries = _re_encodes(caplog)

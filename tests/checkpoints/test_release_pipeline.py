@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from game.contract import TurnRequest
+from media.mp4 import decode_mp4
 from tests.checkpoints.release_tree import write_tiny_release
 from tests.workers import REPO
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.load import Clip, check, load_release_pipeline
 from worker.pipeline.loading import load_pipeline
 from worker.pipeline.pipeline import PipelineLoadError
-from worker.pipeline.video import decode_mp4
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 CLIP = Clip(num_frames=17, height=64, width=96)

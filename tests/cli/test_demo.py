@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from media.mp4 import decode_mp4
 from tests.workers import REPO, worker_env
-from worker.pipeline.video import decode_mp4
 
 TWO_LINES = (
     "Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky.\n"

@@ -9,7 +9,8 @@ from pathlib import Path
 import av
 import pytest
 
-from bot.clips import FIT_TRIES, ClipTooLarge, fit_file, fit_to_size, join_files, probe
+from media.clips import FIT_TRIES, ClipTooLarge, fit_file, fit_to_size, join_files
+from media.mp4 import probe
 from tests.bot.clip_samples import FPS, FRAMES, noise_clip, painted_clip
 
 
@@ -78,7 +79,7 @@ def test_an_impossible_limit_raises_clip_too_large_with_the_sizes(small_clip: by
 def test_a_clip_that_cannot_fit_is_re_encoded_twice_at_most(
     small_clip: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.clips")
+    caplog.set_level(logging.INFO, logger="media.clips")
     with pytest.raises(ClipTooLarge):
         fit_to_size(small_clip, 100)
     assert _re_encodes(caplog) == FIT_TRIES == 2
@@ -90,7 +91,7 @@ def test_a_joined_recap_over_the_limit_is_re_encoded_once_to_fit_and_keeps_every
     joined = tmp_path / "joined.mp4"
     join_files(files(*(painted_clip(seed) for seed in range(4))), joined)
     limit = joined.stat().st_size // 2
-    caplog.set_level(logging.INFO, logger="bot.clips")
+    caplog.set_level(logging.INFO, logger="media.clips")
     fitted = fit_file(joined, limit, tmp_path / "fitted.mp4")
     assert fitted.stat().st_size <= limit
     assert _decoded_frames(fitted) == 4 * FRAMES

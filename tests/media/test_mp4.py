@@ -9,7 +9,7 @@ import imageio_ffmpeg
 import numpy as np
 import pytest
 
-from worker.pipeline.video import decode_mp4, encode_mp4, probe_mp4
+from media.mp4 import decode_mp4, encode_mp4, probe
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_round_trip_keeps_frame_count_and_size(frames: np.ndarray, clip: bytes) 
 
 
 def test_clip_is_h264_yuv420p_at_the_requested_rate(clip: bytes) -> None:
-    assert probe_mp4(clip) == {"codec": "h264", "pix_fmt": "yuv420p", "frames": 17, "width": 96, "height": 64, "fps": 8}
+    assert probe(clip) == {"codec": "h264", "pix_fmt": "yuv420p", "frames": 17, "width": 96, "height": 64, "fps": 8}
 
 
 def test_index_comes_before_the_media_data_for_inline_playback(clip: bytes) -> None:

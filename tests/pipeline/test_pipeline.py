@@ -11,9 +11,9 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import RANDOM_WEIGHTS_LABEL, BlobRef, HistoryTurn, TurnRequest, UnresolvedBlob
 from game.motion import flow_for
+from media.mp4 import decode_mp4, probe
 from worker.pipeline.loading import load_pipeline
 from worker.pipeline.pipeline import PipelineLoadError
-from worker.pipeline.video import decode_mp4, probe_mp4
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 
@@ -30,7 +30,7 @@ def test_the_clip_decodes_to_the_configured_frame_count_and_size(first_turn, tin
 
 
 def test_the_clip_is_h264_yuv420p_at_eight_frames_a_second(first_turn):
-    info = probe_mp4(first_turn.mp4)
+    info = probe(first_turn.mp4)
     assert (info["codec"], info["pix_fmt"], round(info["fps"])) == ("h264", "yuv420p", 8)
 
 

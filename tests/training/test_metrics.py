@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from game.state import StateDeltas
+from media.mp4 import encode_mp4
 from training.dataset import Episode, load_toyworld, write_toyworld
 from training.metrics import (
     MOTION_CHECKS,
@@ -45,7 +46,6 @@ from training.toyworld import (
     place_turn,
     render_clip,
 )
-from worker.pipeline.video import encode_mp4
 
 QIQI = CHARACTERS_BY_NAME["Qiqi"]
 SHAPE = (CLIP.frames, CLIP.height, CLIP.width, 3)

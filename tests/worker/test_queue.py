@@ -11,10 +11,10 @@ import uuid
 import pytest
 
 from game.contract import TASK_NAME, TurnRequest, TurnResult
+from media.mp4 import decode_mp4
 from relay.blob_store import store_for
 from relay.celery_app import BrokerUnavailable, check_broker, make_celery
 from tests.workers import Worker, redis_url_or_skip, settings_for, start_worker, worker_env
-from worker.pipeline.video import decode_mp4
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
 

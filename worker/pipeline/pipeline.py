@@ -20,6 +20,7 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import TurnRequest, TurnResult, inline
 from game.motion import flow_for
+from media.mp4 import encode_mp4
 from worker.pipeline.characters import SharedMLLM
 from worker.pipeline.config import PipelineConfig
 from worker.pipeline.decoder import AnimeGamerDecoder
@@ -30,7 +31,6 @@ from worker.pipeline.prompt import build_prompt
 from worker.pipeline.sampler import DPMSolverSDESampler
 from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase
 from worker.pipeline.vae import build_vae, decode_latents
-from worker.pipeline.video import encode_mp4
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from discord import app_commands
 from discord.ext import commands
 from sqlalchemy.exc import IntegrityError
 
-from bot.clips import ClipTooLarge
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.recaps import folder_in, forget, recap_file
@@ -36,6 +35,7 @@ from db.rounds import close_now, proposals_in, round_for_proposal
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
 from game.text import clean_text
 from game.votes import DEFAULT_ROUND_MINUTES, MAX_PROPOSALS, MAX_ROUND_MINUTES, MIN_ROUND_MINUTES
+from media.clips import ClipTooLarge
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
