@@ -24,14 +24,18 @@ def free_port() -> int:
 class RedisServer:
     """``persist=False`` is how this machine's Redis runs: a restart forgets every queued message."""
 
-    def __init__(self, folder: Path, *, persist: bool = False) -> None:
+    def __init__(
+        self, folder: Path, *, persist: bool = False, host: str = "127.0.0.1", password: str | None = None
+    ) -> None:
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed; `make test` installs it where it can")
-        self.folder, self.persist, self.port = folder, persist, free_port()
+        self.folder, self.persist, self.host, self.port = folder, persist, host, free_port()
+        self.password = password  # off the loopback, Redis takes no client without one (protected mode)
         folder.mkdir(parents=True, exist_ok=True)
 
     def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/{db}"
 
     def start(self) -> None:
         tiers.starting("a Redis server")
@@ -40,7 +44,7 @@ class RedisServer:
             [
                 "redis-server",
                 "--bind",
-                "127.0.0.1",
+                self.host,
                 "--port",
                 str(self.port),
                 "--dir",
@@ -48,13 +52,14 @@ class RedisServer:
                 "--save",
                 "",
                 *persistence,
+                *(["--requirepass", self.password] if self.password else []),
                 "--daemonize",
                 "yes",
             ],
             check=True,
             capture_output=True,
         )
-        client = redis.Redis(port=self.port)
+        client = self._client()
         for _ in range(200):
             with contextlib.suppress(redis.ConnectionError):
                 client.ping()
@@ -64,13 +69,16 @@ class RedisServer:
 
     def stop(self) -> None:
         with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it goes
-            redis.Redis(port=self.port).shutdown(nosave=True)
+            self._client().shutdown(nosave=True)
         for _ in range(200):
             try:
-                redis.Redis(port=self.port, socket_connect_timeout=0.1).ping()
+                self._client(socket_connect_timeout=0.1).ping()
             except redis.ConnectionError:
                 return
             time.sleep(0.05)
+
+    def _client(self, **options: float) -> redis.Redis:
+        return redis.Redis(host=self.host, port=self.port, password=self.password, **options)
 
     def restart(self) -> None:
         self.stop()

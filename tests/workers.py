@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,18 +103,29 @@ def settings_for(env: dict[str, str]) -> Settings:
     )
 
 
-def start_worker(env: dict[str, str], module: str = "animegamer", cwd: Path = REPO) -> Worker:
+def start_worker(
+    env: dict[str, str], module: str = "animegamer", cwd: Path = REPO, prefix: Sequence[str] = ()
+) -> Worker:
     """Start a worker and wait until it has loaded the model and is consuming.
 
     ``module`` runs instead of ``animegamer`` (e.g. ``tests.faulty_worker``, whose pipeline hangs on request);
-    ``cwd`` is its working directory (the installed package runs from anywhere).
+    ``cwd`` is its working directory (the installed package runs from anywhere); ``prefix`` runs it through
+    another command (``ip netns exec NAME``, which execs it: the process is still the worker).
     """
     tiers.starting("a worker process")
     log = Path(env["ANIMEGAMER_DATA_DIR"]) / f"worker-{uuid.uuid4().hex[:6]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, *(["worker"] if module == "animegamer" else []), "--loglevel", "INFO"],
+            [
+                *prefix,
+                sys.executable,
+                "-m",
+                module,
+                *(["worker"] if module == "animegamer" else []),
+                "--loglevel",
+                "INFO",
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
