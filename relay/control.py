@@ -53,6 +53,17 @@ class Holder(enum.StrEnum):
 class Presence:
     worker: str
     queues: tuple[str, ...]
+    model: str | None = None  # its ANIMEGAMER_MODEL (None: a worker older than this field)
+
+    @classmethod
+    def read(cls, worker: str, stored: str | bytes) -> Presence:
+        value = json.loads(stored)
+        if isinstance(value, list):  # as workers announced themselves before they said their model
+            return cls(worker, tuple(value))
+        return cls(worker, tuple(value["queues"]), value.get("model"))
+
+    def stored(self) -> str:
+        return json.dumps({"queues": list(self.queues), "model": self.model})
 
 
 class JobControl:
@@ -86,7 +97,7 @@ class JobControl:
     def holders(self, task_ids: list[str]) -> dict[str, Holder]:
         raise NotImplementedError
 
-    def announce(self, worker: str, queues: list[str], ttl: float) -> None:
+    def announce(self, presence: Presence, ttl: float) -> None:
         raise NotImplementedError
 
     def workers(self) -> list[Presence]:
@@ -160,15 +171,15 @@ class RedisControl(JobControl):
         values = self._client.mget([self._claim_key(t) for t in task_ids])
         return {t: _holder(v.decode() if v is not None else None) for t, v in zip(task_ids, values, strict=True)}
 
-    def announce(self, worker: str, queues: list[str], ttl: float) -> None:
-        self._client.set(f"{PREFIX}:worker:{worker}", json.dumps(queues), px=_ms(ttl))
+    def announce(self, presence: Presence, ttl: float) -> None:
+        self._client.set(f"{PREFIX}:worker:{presence.worker}", presence.stored(), px=_ms(ttl))
 
     def workers(self) -> list[Presence]:
         keys = sorted(self._client.scan_iter(match=f"{PREFIX}:worker:*", count=100))
         values = self._client.mget(keys) if keys else []
         prefix = len(f"{PREFIX}:worker:")
         return [
-            Presence(key.decode()[prefix:], tuple(json.loads(value)))
+            Presence.read(key.decode()[prefix:], value)
             for key, value in zip(keys, values, strict=True)
             if value is not None
         ]
@@ -323,12 +334,12 @@ class SqlControl(JobControl):
         found = {t: holder for t, holder, expires in rows if holder == ENDED or expires >= now}
         return {t: _holder(found.get(t)) for t in task_ids}
 
-    def announce(self, worker: str, queues: list[str], ttl: float) -> None:
+    def announce(self, presence: Presence, ttl: float) -> None:
         with self._begin() as conn:
-            table = self._workers
+            table, worker = self._workers, presence.worker
             now = time.time()
             conn.execute(table.delete().where((table.c.worker == worker) | (table.c.expires < now)))
-            conn.execute(table.insert().values(worker=worker, queues=json.dumps(queues), expires=now + ttl))
+            conn.execute(table.insert().values(worker=worker, queues=presence.stored(), expires=now + ttl))
 
     def workers(self) -> list[Presence]:
         from sqlalchemy import select
@@ -339,7 +350,7 @@ class SqlControl(JobControl):
                 .where(self._workers.c.expires >= time.time())
                 .order_by(self._workers.c.worker)
             ).all()
-        return [Presence(worker, tuple(json.loads(queues))) for worker, queues in rows]
+        return [Presence.read(worker, queues) for worker, queues in rows]
 
     def purge_expired(self) -> int:
         """Delete what Redis would have expired by now (its keys carry the same times); else every job's rows stay."""

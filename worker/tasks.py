@@ -35,7 +35,7 @@ from game.contract import TASK_NAME, TurnRequest
 from game.instruction import parse
 from relay.blob_store import BlobStore, store_for
 from relay.celery_app import served_queues
-from relay.control import Claim, JobControl, control_for
+from relay.control import Claim, JobControl, Presence, control_for
 from relay.settings import get_settings
 from worker.metrics import observe_turn
 
@@ -95,8 +95,9 @@ class Heartbeat:
     process that dies stops renewing, and its claims lapse after one lease.
     """
 
-    def __init__(self, control: JobControl, owner: str, lease: float, queues: list[str]) -> None:
+    def __init__(self, control: JobControl, owner: str, lease: float, queues: list[str], model: str) -> None:
         self.control, self.owner, self.lease, self.queues = control, owner, lease, queues
+        self.presence = Presence(owner, tuple(queues), model)  # what the bot and `animegamer check` see of it
         self.holding: set[str] = set()
         self.lost: set[str] = set()  # claims another worker took (this one was frozen or cut off past its lease)
         self._wake = threading.Event()
@@ -113,7 +114,7 @@ class Heartbeat:
                     log.warning("turn %s: its claim is another worker's now; stopping it at the next step", task_id)
                     self.holding.discard(task_id)
                 self.lost |= lost
-                self.control.announce(self.owner, self.queues, self.lease)
+                self.control.announce(self.presence, self.lease)
             except Exception as exc:  # a store that is down now may be back at the next beat
                 log.warning("heartbeat not recorded: %s", exc)
             self._wake.wait(self.lease / 3)
@@ -171,7 +172,8 @@ class PipelineTask(Task):
         if self._heartbeat is None:
             settings = get_settings()
             owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-            self._heartbeat = Heartbeat(self.control, owner, settings.lease_seconds, served_queues(settings))
+            queues = served_queues(settings)
+            self._heartbeat = Heartbeat(self.control, owner, settings.lease_seconds, queues, settings.model)
             self._heartbeat.start()
         return self._heartbeat
 

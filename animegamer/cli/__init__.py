@@ -7,10 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from animegamer.cli import bot, checkpoints, data, db, demo, inspect_prompt, play, train, worker
+from animegamer.cli import bot, check, checkpoints, data, db, demo, inspect_prompt, play, train, worker
 from relay.settings import get_settings
 
-COMMANDS = (demo, play, worker, db, bot, inspect_prompt, checkpoints, data, train)
+COMMANDS = (demo, play, worker, bot, check, db, inspect_prompt, checkpoints, data, train)
 
 
 def build_parser() -> argparse.ArgumentParser:
