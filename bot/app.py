@@ -24,6 +24,7 @@ from bot.clip_store import ClipStore
 from bot.cogs.story.votes import VoteButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
+from bot.health import readiness
 from bot.metrics import BotMetrics
 from bot.queue import TurnQueue
 from bot.retention import Retention
@@ -92,7 +93,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     async def setup_hook(self) -> None:
-        self.metrics.serve(self.settings.metrics_port, self.settings.metrics_address)
+        self.metrics.serve(self.settings.metrics_port, self.settings.metrics_address, lambda: readiness(self))
         self.loop_watch.start()
         await upgrade_async(self.settings.database_url)
         self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)

@@ -1,9 +1,14 @@
-"""A task the bot runs beside discord.py for as long as it runs: started in setup_hook, stopped on close."""
+"""A task the bot runs beside discord.py for as long as it runs: started in setup_hook, stopped on close.
+
+Each notes when its last tick succeeded (``ticked``), which readiness (bot/health.py) reads: a duty that has
+stopped ticking (its database gone, a bug in a loop) makes the bot unready rather than silently idle.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 
 class Background:
@@ -11,6 +16,10 @@ class Background:
 
     name = "animegamer-background"
     _task: asyncio.Task[None] | None = None
+    ticked_at: float | None = None  # time.monotonic() when its last tick succeeded
+
+    def ticked(self) -> None:
+        self.ticked_at = time.monotonic()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self.name)

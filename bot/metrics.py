@@ -35,6 +35,7 @@ from prometheus_client.process_collector import ProcessCollector
 from game.instruction import InstructionError, parse
 from game.jobs import IN_FLIGHT
 from relay.celery_app import RELEASE_MODEL, queue_for, served_queues
+from relay.probes import Ready, with_health
 
 if TYPE_CHECKING:
     from db.jobs import JobInfo
@@ -87,8 +88,9 @@ class BotMetrics:
 
     # -- the endpoint ------------------------------------------------------------------------------
 
-    def serve(self, port: int, address: str) -> None:
-        """Serve /metrics on ``port`` (0: not at all). A port taken is logged, not fatal: play goes on."""
+    def serve(self, port: int, address: str, ready: Ready | None = None) -> None:
+        """Serve /metrics on ``port`` (0: not at all), and /healthz and /readyz beside it when ``ready`` is given
+        (bot/health.py). A port taken is logged, not fatal: play goes on."""
         if not port:
             return
         try:
@@ -96,7 +98,9 @@ class BotMetrics:
         except OSError as exc:
             log.error("metrics endpoint not started on %s:%s (%s)", address, port, exc)
             return
-        log.info("metrics served on %s:%s/metrics", address, port)
+        if ready is not None:
+            self._server.set_app(with_health(self._server.get_app(), ready))
+        log.info("metrics served on %s:%s/metrics (and /healthz, /readyz)", address, port)
 
     def close(self) -> None:
         if self._server is not None:

@@ -22,6 +22,7 @@ from celery import Celery, states
 
 from game.contract import TASK_NAME, TurnRequest
 from game.jobs import Seen
+from relay.celery_app import check_broker
 from relay.control import Holder, JobControl, Presence, control_for
 
 T = TypeVar("T")
@@ -154,6 +155,10 @@ class TurnQueue:
 
     async def workers(self) -> list[Presence]:
         return await self._call(lambda: self.control.workers())
+
+    async def ping(self) -> None:
+        """Reach the broker (and a Redis result store): an idle bot sends nothing, yet readiness must be true."""
+        await self._call(lambda: check_broker(self.app, self.timeout))
 
     @property
     def available(self) -> bool:

@@ -52,6 +52,7 @@ class Retention(Background):
         while True:
             try:
                 await self.run_once()
+                self.ticked()
             except Exception:
                 log.exception("retention sweep failed; trying again in an interval")
             await asyncio.sleep(self.bot.settings.retention_interval_seconds)

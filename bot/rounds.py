@@ -54,6 +54,7 @@ class Rounds(Background):
         while True:
             try:
                 await self.run_once()
+                self.ticked()
             except Exception:
                 log.exception("vote rounds: tick failed; trying again")
             await asyncio.sleep(TICK_SECONDS)

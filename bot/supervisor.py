@@ -113,6 +113,7 @@ class Supervisor(Background):
         # characters some live worker serves, as the workers announce them. Any name otherwise.
         self.served: list[str] | None = list(bot.settings.characters) if bot.settings.model == RELEASE_MODEL else None
         self._served_at = float("-inf")
+        self.queue_answers: bool | None = None  # at the last call that needed it; None: not asked yet
         self.blobs = store_for(bot.settings)  # past turns' representations go out, clips come back, through it
         self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it, as they announce themselves
         self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
@@ -126,6 +127,7 @@ class Supervisor(Background):
         while True:
             try:
                 await self.tick()
+                self.ticked()
                 delay = poll
             except Exception:
                 delay = min(delay * 2, MAX_BACKOFF_SECONDS)
@@ -161,9 +163,12 @@ class Supervisor(Background):
         if time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:
             return
         try:
+            await self.bot.queue.ping()
             presences = await self.bot.queue.workers()
         except QueueUnavailable:
+            self.queue_answers = False
             return  # keep what was known
+        self.queue_answers = True
         self.workers_on = Counter(queue for presence in presences for queue in presence.queues)
         settings = self.bot.settings
         if self.served is not None:
@@ -300,10 +305,14 @@ class Supervisor(Background):
     async def _look(self, jobs: list[JobInfo]) -> dict[str, Look] | None:
         """Every sent job's claim and stored state, or None when the queue does not answer."""
         try:
-            return await self.bot.queue.look([job.task_id for job in jobs])
+            looks = await self.bot.queue.look([job.task_id for job in jobs])
         except QueueUnavailable as exc:
+            self.queue_answers = False
             log.warning("queue unreachable (%s); deciding only what needs no look", exc)
             return None
+        if jobs:
+            self.queue_answers = True
+        return looks
 
     async def _broker_started(self) -> datetime | None:
         try:

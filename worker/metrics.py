@@ -28,6 +28,8 @@ from prometheus_client import REGISTRY, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from relay.probes import Ready, with_health
+
 log = logging.getLogger(__name__)
 
 # A toy turn's stages take milliseconds; a published one's denoising takes minutes.
@@ -77,19 +79,20 @@ def _cuda() -> Any:
 REGISTRY.register(GpuMemory())
 
 
-def serve(port: int, address: str) -> None:
-    """Serve /metrics from this process (a pool child, as it starts); 0: not at all.
-
-    A port taken is logged, not fatal: the worker still makes turns.
+def serve(port: int, address: str, ready: Ready | None = None) -> None:
+    """Serve /metrics from this process (a pool child, as it starts), and /healthz and /readyz beside it when
+    ``ready`` is given; 0: not at all. A port taken is logged, not fatal: the worker still makes turns.
     """
     if not port:
         return
     try:
-        start_http_server(port, address)
+        server, _ = start_http_server(port, address)
     except OSError as exc:
         log.error("metrics endpoint not started on %s:%s (%s)", address, port, exc)
         return
-    log.info("metrics served on %s:%s/metrics", address, port)
+    if ready is not None:
+        server.set_app(with_health(server.get_app(), ready))
+    log.info("metrics served on %s:%s/metrics (and /healthz, /readyz)", address, port)
 
 
 def observe_turn(timings: dict[str, float]) -> None:

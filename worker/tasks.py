@@ -294,3 +294,18 @@ def _end_claim(sender: Task | None = None, task_id: str | None = None, state: st
 @signals.worker_process_init.connect
 def _fresh_child(**_: Any) -> None:
     generate_turn.reset_after_fork()
+
+
+def readiness(model: str, queues: list[str], preload: bool) -> tuple[bool, dict[str, Any]]:
+    """Ready once the model is loaded (or, started with --no-preload, as soon as it consumes: it loads on the first
+    turn), saying which model, which characters its pipelines play and which queues it consumes."""
+    pipelines = generate_turn._pipelines
+    ready = pipelines is not None or not preload
+    report = {
+        "ready": ready,
+        "model": model,
+        "loaded": pipelines is not None,
+        "characters": sorted(pipelines) if pipelines is not None else [],
+        "queues": queues,
+    }
+    return ready, report

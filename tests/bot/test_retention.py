@@ -15,6 +15,7 @@ from sqlalchemy import update
 from bot.queue import TurnQueue
 from bot.retention import BLOB_KEEP
 from db.base import utcnow
+from db.migrate import upgrade_async
 from db.models import Job, Turn
 from game.history import MAX_WINDOW
 from relay.celery_app import make_celery
@@ -46,8 +47,8 @@ async def test_a_bot_started_from_another_folder_finds_the_clips_recorded_before
     first.mkdir()
     monkeypatch.chdir(first)
     before = idle_settings(Path("data"), database_url=f"sqlite+aiosqlite:///{tmp_path}/game.db")  # the default
-    async with running_bot(double, before):
-        jobs = [await seed_turn(before, guild.id, guild.channel.id, ALICE.id, done=True) for _ in range(MAX_WINDOW + 1)]
+    await upgrade_async(before.database_url)
+    jobs = [await seed_turn(before, guild.id, guild.channel.id, ALICE.id, done=True) for _ in range(MAX_WINDOW + 1)]
     async with db_session(before) as session:
         await session.execute(update(Turn).values(created_at=utcnow() - timedelta(days=45)))
     clip = clip_path(before, guild.id, jobs[0])

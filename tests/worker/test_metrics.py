@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import pytest
 from celery.exceptions import TimeLimitExceeded
 
@@ -58,3 +61,15 @@ def test_the_endpoint_is_served_again_by_the_child_that_replaces_one_killed_at_t
     finally:
         worker.kill()
     assert value(samples, "animegamer_turn_stage_seconds_count", stage="denoise") == 1  # counted by the new child
+
+
+def test_a_worker_with_its_model_loaded_is_ready_and_says_what_it_serves(sqlite_worker):
+    port = port_of(sqlite_worker)
+    scrape_when_up(port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+        status, report = response.status, json.loads(response.read())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+        alive = response.status
+    assert (status, alive) == (200, 200)
+    assert report["loaded"] and report["model"] == "tiny"
+    assert report["queues"] == [sqlite_worker.env["ANIMEGAMER_QUEUE"]] and report["characters"]
