@@ -172,7 +172,7 @@ def test_one_24_gb_card_serves_both_published_characters():
     placement = two.choose(card)
     assert placement.offload_mllm  # the 13 GiB base visits for its passes; a decoder then fits beside the other
     assert two.peak(placement) <= card < two.peak(Placement())
-    assert round(two.peak(placement) / GIB, 1) == 21.5  # the README's figure: the MLLM passes beside both decoders
+    assert round(two.peak(placement) / GIB, 1) == 21.5  # the figure in docs/published-model.md
 
 
 def test_the_placement_that_fits_and_moves_least_is_chosen():
