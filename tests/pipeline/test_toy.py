@@ -145,6 +145,7 @@ UNSEEN_TURNS = [
 ]
 
 
+@pytest.mark.slow  # plays the shipped model's turns for about 17 s
 def test_the_shipped_model_shows_the_character() -> None:
     pipeline = load_pipeline("toy", device="cpu")
     found = []

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests import tiers
 from training.config import ToyModelConfig, TrainConfig
 from training.dataset import DatasetError, load_toyworld, split, write_toyworld
 from training.encoder import ClipEncoder, instruction_bytes
@@ -55,6 +56,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@tiers.slow_fixture  # trains phase (a) for about 11 s: its tests run in the slow tier
 def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PhaseAResult]:
     out = tmp_path_factory.mktemp("phase-a") / "ckpt"
     return out, train_phase_a(data, out, CONFIG)

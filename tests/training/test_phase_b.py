@@ -11,6 +11,7 @@ import torch
 
 from game.contract import HistoryTurn
 from game.state import StateDeltas
+from tests import tiers
 from training.config import ToyModelConfig, TrainConfig
 from training.dataset import load_toyworld, split
 from training.loop import CheckpointMismatchError, mean
@@ -133,6 +134,7 @@ def test_prompts_without_history_keep_every_turn_and_its_target(tiny_world: Path
 
 
 @pytest.fixture(scope="module")
+@tiers.slow_fixture  # trains phase (b) for about 15 s: its tests run in the slow tier
 def trained(tiny_world: Path, tiny_phase_a: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("phase-b")
     return out, train_phase_b(tiny_world, out, tiny_phase_a, CONFIG, MODEL)
