@@ -53,15 +53,11 @@ def _guarded(check: Callable[[Settings], Result], settings: Settings) -> Result:
         return Result(check.__name__.replace("_", " "), "fail", f"{type(exc).__name__}: {exc}")
 
 
-def _url(url: str) -> str:
-    return maybe_sanitize_url(url)
-
-
 def database(settings: Settings) -> Result:
     from db.engine import sqlite_path
     from db.migrate import current_revision, head_revision
 
-    name, shown = "database", _url(settings.database_url)
+    name, shown = "database", maybe_sanitize_url(settings.database_url)
     upgrade = "animegamer db upgrade (the bot also does it as it starts)"
     file = sqlite_path(settings.database_url)
     if file is not None and not file.exists():  # looking must not create it
@@ -98,7 +94,7 @@ def _is_id(part: str) -> bool:
 def queue(settings: Settings) -> Result:
     from relay.celery_app import BrokerUnavailable, check_broker, make_celery
 
-    shown = f"broker {_url(settings.broker_url)}, results {_url(settings.result_backend)}"
+    shown = f"broker {maybe_sanitize_url(settings.broker_url)}, results {maybe_sanitize_url(settings.result_backend)}"
     try:
         check_broker(make_celery(settings), settings.broker_timeout)
     except BrokerUnavailable as exc:
@@ -109,7 +105,11 @@ def queue(settings: Settings) -> Result:
 def blob_store(settings: Settings) -> Result:
     from relay.blob_store import REQUESTS, store_for
 
-    where = str(settings.blob_dir) if settings.blob_dir is not None else f"Redis at {_url(settings.result_backend)}"
+    where = (
+        str(settings.blob_dir)
+        if settings.blob_dir is not None
+        else f"Redis at {maybe_sanitize_url(settings.result_backend)}"
+    )
     probe = os.urandom(32)
     try:
         store = store_for(settings)
@@ -168,7 +168,7 @@ def redis_settings(settings: Settings) -> list[Result]:
 def _redis(url: str) -> Result:
     import redis
 
-    name = f"redis {_url(url)}"
+    name = f"redis {maybe_sanitize_url(url)}"
     try:
         config = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5).config_get("*")
     except redis.ResponseError:  # managed Redis services often refuse CONFIG

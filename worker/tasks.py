@@ -96,7 +96,7 @@ class Heartbeat:
     """
 
     def __init__(self, control: JobControl, owner: str, lease: float, queues: list[str], model: str) -> None:
-        self.control, self.owner, self.lease, self.queues = control, owner, lease, queues
+        self.control, self.owner, self.lease = control, owner, lease
         self.presence = Presence(owner, tuple(queues), model)  # what the bot and `animegamer check` see of it
         self.holding: set[str] = set()
         self.lost: set[str] = set()  # claims another worker took (this one was frozen or cut off past its lease)
