@@ -15,7 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ANIMEGAMER_", env_file=".env", extra="ignore")
+    # An empty value is an unset one: a copied .env.example (SHARD_COUNT=, DEV_GUILD=) means the defaults.
+    model_config = SettingsConfigDict(env_prefix="ANIMEGAMER_", env_file=".env", extra="ignore", env_ignore_empty=True)
 
     data_dir: Path = Path("data")
     database_url: str = ""  # default: sqlite+aiosqlite:///<data_dir>/animegamer.db
