@@ -6,12 +6,13 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
+STACK_ARGS ?=
 TEST_PROCESSES ?= 2
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test lint setup clean
+.PHONY: demo check test stack lint setup clean
 
 setup: $(STAMP)
 
@@ -39,6 +40,11 @@ test: $(STAMP)
 	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) bash scripts/ensure_redis.sh
 	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) $(TORCH_THREADS) PYTHON=$(BIN)/python \
 		bash scripts/test_tiers.sh $(XDIST) $(PYTEST_ARGS)
+
+# The composed stack from outside (compose.yaml, tests/stack.py): both images built, a turn played, the stack taken
+# down and up again with nothing lost. Needs a Docker daemon and minutes, so it is not part of `make test`.
+stack: $(STAMP)
+	PYTHON=$(BIN)/python bash scripts/stack.sh $(STACK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -236,7 +236,12 @@ class DiscordDouble:
         strict: bool = False,
         interaction_deadline: float = 3.0,
         token_lifetime: float = 900.0,
+        listen: str = "127.0.0.1",
+        address: str | None = None,
     ) -> None:
+        # ``listen`` is where it serves; ``address`` is how the bot reaches it (a container reaches the host at its
+        # bridge's gateway, tests/stack.py), by default ``listen``.
+        self.listen, self.address = listen, address or listen
         self.strict = strict
         self.interaction_deadline = interaction_deadline
         self.token_lifetime = token_lifetime
@@ -304,7 +309,7 @@ class DiscordDouble:
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((self.listen, 0))
         self._port = sock.getsockname()[1]
         await web.SockSite(self._runner, sock).start()
         self._saved = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
@@ -322,7 +327,7 @@ class DiscordDouble:
 
     @property
     def origin(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
+        return f"http://{self.address}:{self._port}"
 
     @property
     def api_base(self) -> str:
@@ -330,7 +335,7 @@ class DiscordDouble:
 
     @property
     def gateway_url(self) -> str:
-        return f"ws://127.0.0.1:{self._port}/gateway"
+        return f"ws://{self.address}:{self._port}/gateway"
 
     @property
     def guild(self) -> Guild:
