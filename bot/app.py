@@ -73,6 +73,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
             command_prefix=commands.when_mentioned,
             intents=discord.Intents.default(),
             shard_count=settings.shard_count,
+            shard_ids=settings.shard_ids,  # None: every shard
             # Nothing the bot echoes pings anyone unless a message asks for it explicitly.
             allowed_mentions=discord.AllowedMentions.none(),
             http_trace=self.metrics.http_trace(),  # times each interaction's first answer
@@ -118,7 +119,10 @@ class AnimeGamerBot(commands.AutoShardedBot):
         super().dispatch(event_name, *args, **kwargs)
 
     async def on_ready(self) -> None:
-        log.info("ready as %s in %d guilds (%d shards)", self.user, len(self.guilds), self.shard_count or 1)
+        shards = self.shard_ids if self.shard_ids is not None else "all"
+        log.info(
+            "ready as %s in %d guilds (shards %s of %d)", self.user, len(self.guilds), shards, self.shard_count or 1
+        )
 
     def served_characters(self) -> list[str] | None:
         """The characters some running worker plays, or None when any name is served (one model for all)."""

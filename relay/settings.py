@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     discord_api_base: str = Field(default="", validation_alias="DISCORD_API_BASE")  # a REST proxy, e.g. .../api/v10
     discord_gateway_url: str = Field(default="", validation_alias="DISCORD_GATEWAY_URL")  # a gateway proxy (ws://)
     shard_count: int | None = Field(default=None, ge=1, validation_alias="SHARD_COUNT")  # None: Discord's advice
+    # The shards this process connects ("0-3" or "0,2,4"; needs SHARD_COUNT); None: all of them. A fleet splits
+    # SHARD_COUNT's shards between its processes.
+    shard_ids: Annotated[list[int] | None, NoDecode] = Field(default=None, validation_alias="SHARD_IDS")
     dev_guild: int | None = Field(default=None, validation_alias="DEV_GUILD")  # sync commands to this guild only
     characters: list[str] = ["Qiqi", "Sosuke"]  # /start offers these; animegamer workers load each one's pair
     delivery_poll_seconds: float = Field(default=1.0, gt=0)  # how often the bot checks jobs in flight
@@ -66,6 +69,28 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=0, ge=0, le=65535)  # the bot's
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)  # a worker's; one port per worker on a machine
     metrics_address: str = "127.0.0.1"  # where both listen; 0.0.0.0 opens them to the network
+
+    @field_validator("shard_ids", mode="before")
+    @classmethod
+    def _shard_ranges(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        ids: list[int] = []
+        for part in value.replace(" ", "").split(","):
+            first, _, last = part.partition("-")
+            if not first.isdigit() or (last and not last.isdigit()):
+                raise ValueError(f"SHARD_IDS={value!r}: write shard numbers and ranges, like 0-3 or 0,2,4")
+            ids += range(int(first), int(last or first) + 1)
+        return sorted(set(ids))
+
+    @model_validator(mode="after")
+    def _shards_within_count(self) -> Settings:
+        if self.shard_ids is not None:
+            if self.shard_count is None:
+                raise ValueError("SHARD_IDS needs SHARD_COUNT: the fleet's shard total, the same in every process")
+            if not self.shard_ids or max(self.shard_ids) >= self.shard_count:
+                raise ValueError(f"SHARD_IDS must name shards 0 to {self.shard_count - 1} (SHARD_COUNT)")
+        return self
 
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()

@@ -97,6 +97,14 @@ async def test_two_shards_connect_when_shard_count_is_two(bot_settings):
             assert sorted(double.shards) == [0, 1]
 
 
+async def test_a_process_given_shard_ids_connects_those_shards_alone(bot_settings):
+    async with DiscordDouble(shard_count=4) as double:
+        settings = bot_settings.model_copy(update={"shard_count": 4, "shard_ids": [1, 3]})
+        async with running_bot(double, settings) as bot:
+            assert (bot.shard_count, bot.shard_ids) == (4, [1, 3])
+            assert sorted(double.shards) == [1, 3]
+
+
 async def test_the_bot_reaches_discord_through_the_configured_proxy_urls(worker_settings, sqlite_worker):
     async with DiscordDouble() as double:
         settings = worker_settings.model_copy(

@@ -1,0 +1,39 @@
+"""Settings an operator writes: shard ranges for a fleet of bot processes, refused with the fix when they cannot
+work."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from relay.settings import Settings
+
+
+def settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Settings(_env_file=None)
+
+
+def test_one_process_connects_every_shard_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings(monkeypatch, SHARD_COUNT="4").shard_ids is None
+
+
+@pytest.mark.parametrize(("written", "ids"), [("0-3", [0, 1, 2, 3]), ("4,6", [4, 6]), ("0-1, 5, 7-8", [0, 1, 5, 7, 8])])
+def test_shard_ids_are_written_as_numbers_and_ranges(monkeypatch: pytest.MonkeyPatch, written: str, ids: list) -> None:
+    assert settings(monkeypatch, SHARD_COUNT="9", SHARD_IDS=written).shard_ids == ids
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"SHARD_IDS": "0-1"}, "SHARD_IDS needs SHARD_COUNT"),
+        ({"SHARD_COUNT": "4", "SHARD_IDS": "2-4"}, "shards 0 to 3"),
+        ({"SHARD_COUNT": "4", "SHARD_IDS": "one"}, "like 0-3 or 0,2,4"),
+    ],
+)
+def test_shard_ids_that_cannot_work_are_refused_saying_why(
+    monkeypatch: pytest.MonkeyPatch, env: dict, said: str
+) -> None:
+    with pytest.raises(ValidationError, match=said):
+        settings(monkeypatch, **env)
