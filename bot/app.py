@@ -34,7 +34,7 @@ from bot.supervisor import Supervisor
 from bot.sync import sync_if_changed
 from bot.watchdog import LoopWatch
 from db.engine import make_engine, make_sessionmaker
-from db.migrate import upgrade_async
+from db.migrate import ready_schema
 from relay.celery_app import make_celery
 from relay.settings import Settings
 
@@ -96,7 +96,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
     async def setup_hook(self) -> None:
         self.metrics.serve(self.settings.metrics_port, self.settings.metrics_address, lambda: readiness(self))
         self.loop_watch.start()
-        await upgrade_async(self.settings.database_url)
+        await ready_schema(self.settings.database_url, self.settings.migrate_at_start)
         self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)
         self.sessions = make_sessionmaker(self.engine)
         # SQLite has one writer at a time: turn submissions queue here, where waiting costs nothing and

@@ -19,6 +19,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import NullPool
 
 import migrations
@@ -95,3 +96,40 @@ async def current_revision(url: str) -> str | None:
             return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
     finally:
         await engine.dispose()
+
+
+def _known(revision: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(alembic_config("")).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The database's schema is not the code's, and this process was not told to migrate it."""
+
+
+async def ready_schema(url: str, migrate: str = "auto") -> None:
+    """Make sure the database at ``url`` is at this code's head before the bot uses it.
+
+    ``migrate`` (ANIMEGAMER_MIGRATE_AT_START): ``always`` upgrades (on PostgreSQL under an advisory lock, so
+    processes starting together upgrade once); ``never`` only checks; ``auto`` upgrades the embedded SQLite file,
+    which nothing else migrates, and only checks a server database, which an operator migrates with
+    ``animegamer db upgrade`` (the compose stack's `migrate` service) while bots of the old code still run.
+    """
+    if migrate == "always" or (migrate == "auto" and url.startswith("sqlite")):
+        await upgrade_async(url)
+        return
+    current, head = await current_revision(url), head_revision()
+    if current == head:
+        return
+    if current is None:
+        state = "The database has no schema yet"
+    elif not _known(current):
+        state = f"The database is at revision {current}, which this code does not know (a newer version made it)"
+    else:
+        state = f"The database is at revision {current} and this code needs {head}"
+    raise SchemaNotCurrent(
+        f"{state}: run `animegamer db upgrade` with this version (after a backup), or set "
+        "ANIMEGAMER_MIGRATE_AT_START=always to let the bot do it."
+    )

@@ -8,6 +8,15 @@ Follows alembic's async template. Three ways in:
 
 SQLite runs with foreign keys OFF here: batch mode rebuilds a table by copying it and dropping
 the old one, and with foreign keys on, that drop would cascade-delete rows in child tables.
+
+An upgrade is one transaction on both databases, so a revision that fails leaves the database as it was:
+- SQLite: Python's sqlite3 opens a transaction only before INSERT/UPDATE/DELETE and runs CREATE, ALTER and
+  DROP outside any, so a failure half way left the schema half changed (an ``_alembic_tmp_*`` table, a renamed
+  column without its index). SQLAlchemy's documented recipe for (aio)sqlite takes over: the driver emits no
+  BEGIN of its own, SQLAlchemy emits one as its transaction starts, and DDL is inside it.
+- PostgreSQL: its DDL is transactional already; a transaction-scoped advisory lock makes a second process
+  that upgrades at the same moment (two bots starting, a migration job beside a bot) wait for the first and
+  then find nothing left to do.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from logging.config import fileConfig
 from typing import Any
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import event, pool, text
 from sqlalchemy.engine import Connection
 
 import db.models  # noqa: F401  (registers every table on Base.metadata)
@@ -30,6 +39,8 @@ if config.config_file_name is not None and not config.attributes.get("skip_loggi
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 target_metadata = Base.metadata
+
+MIGRATION_LOCK = 0x616E696D  # "anim": the advisory lock key every upgrading process takes on PostgreSQL
 
 
 def _url() -> str:
@@ -65,14 +76,31 @@ def run_migrations_offline() -> None:
 
 
 def do_run_migrations(connection: Connection) -> None:
-    _configure(connection=connection)
+    # SQLite's DDL is transactional too once the driver no longer decides where transactions begin (above).
+    _configure(connection=connection, transactional_ddl=True)
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         context.run_migrations()
+
+
+def _sqlite_transactions_by_sqlalchemy(engine: Any) -> None:
+    """SQLAlchemy's recipe for (aio)sqlite: the driver emits no BEGIN, SQLAlchemy emits it as a transaction starts."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def no_driver_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN")
 
 
 async def run_async_migrations() -> None:
     # NullPool: this engine lives for one asyncio.run() and must not keep connections around.
     engine = make_engine(_url(), foreign_keys=False, poolclass=pool.NullPool)
+    if engine.dialect.name == "sqlite":
+        _sqlite_transactions_by_sqlalchemy(engine)
     try:
         async with engine.connect() as connection:
             await connection.run_sync(do_run_migrations)

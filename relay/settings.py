@@ -20,6 +20,9 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("data")
     database_url: str = ""  # default: sqlite+aiosqlite:///<data_dir>/animegamer.db
+    # auto: the bot migrates its embedded SQLite file at start, and only checks a server database (an operator runs
+    # `animegamer db upgrade`); always: it migrates any (PostgreSQL under an advisory lock); never: it only checks.
+    migrate_at_start: Literal["auto", "always", "never"] = "auto"
     broker_url: str = ""  # default: sqla+sqlite:///<data_dir>/broker.db; or redis://host:6379/0
     result_backend: str = ""  # default: db+sqlite:///<data_dir>/results.db; or redis://host:6379/1
     # Clips and representations over inline_max_bytes: unset, Redis keys beside the results when those are in

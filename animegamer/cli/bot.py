@@ -39,6 +39,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import discord
 
     from bot.app import AnimeGamerBot
+    from db.migrate import SchemaNotCurrent
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded queue's files and the clips live there
     # One handler, the CLI's: one line per event (discord.py's own would print each line twice, coloured).
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(serve(AnimeGamerBot(settings), settings))
     except discord.LoginFailure:
         print("Discord refused DISCORD_TOKEN: it is wrong or was reset; copy a fresh one.", file=sys.stderr)
+        return 1
+    except SchemaNotCurrent as refused:
+        print(refused, file=sys.stderr)
         return 1
 
 
@@ -62,7 +66,9 @@ async def serve(bot: AnimeGamerBot, settings: Settings) -> int:
     try:
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if running.done():
-            running.result()  # LoginFailure and the like end the process with their message
+            if running.exception() is not None:  # LoginFailure, an old schema: the process ends with their message
+                await bot.close()
+                running.result()
             return 0
         log.info("stopping: a stop signal came; new commands are told the bot is restarting")
         bot.stopping = True
