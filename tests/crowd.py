@@ -282,8 +282,9 @@ class Outcome:
     jobs: list[tuple] = field(default_factory=list)  # (job id, status, user id, guild id)
 
 
-async def read_jobs(database: Path) -> list[tuple]:
-    engine = make_engine(f"sqlite+aiosqlite:///{database}")
+async def read_jobs(database: Path | str) -> list[tuple]:
+    """The jobs of a SQLite file, or of any database by its URL."""
+    engine = make_engine(database if isinstance(database, str) else f"sqlite+aiosqlite:///{database}")
     try:
         async with make_sessionmaker(engine)() as session:
             rows = await session.execute(select(Job.id, Job.status, Job.user_id, Job.guild_id, Job.result_message_id))
@@ -336,7 +337,7 @@ class Answers:
 
 
 async def settle(
-    double: DiscordDouble, database: Path, handles: Sequence[InteractionHandle], timeout: float
+    double: DiscordDouble, database: Path | str, handles: Sequence[InteractionHandle], timeout: float
 ) -> list[tuple]:
     """Until every interaction was answered, every job is final and every done one posted (or given up on)."""
     deadline, answers = time.monotonic() + timeout, Answers(double)
