@@ -13,10 +13,8 @@ ARG WORKER_BASE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
 # --- the bot -------------------------------------------------------------------------------------------------
 FROM ${BASE} AS bot-build
-# A base without Python (a CUDA image) gets Debian's or Ubuntu's; the Python images already have it.
-RUN python3 -c "import venv, ensurepip" 2>/dev/null || (apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
-    && rm -rf /var/lib/apt/lists/*)
+COPY deploy/python.sh /usr/local/bin/ensure-python
+RUN sh /usr/local/bin/ensure-python
 RUN python3 -m venv /opt/animegamer
 ENV PATH=/opt/animegamer/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md /src/
@@ -32,9 +30,8 @@ COPY animegamer /src/animegamer
 RUN pip install "/src[bot,postgres]"
 
 FROM ${BASE} AS bot
-RUN python3 -c "import venv" 2>/dev/null || (apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 ca-certificates \
-    && rm -rf /var/lib/apt/lists/*)
+COPY deploy/python.sh /usr/local/bin/ensure-python
+RUN sh /usr/local/bin/ensure-python
 COPY --from=bot-build /opt/animegamer /opt/animegamer
 RUN useradd --system --uid 10001 --home-dir /data --create-home animegamer
 ENV PATH=/opt/animegamer/bin:$PATH PYTHONUNBUFFERED=1 ANIMEGAMER_DATA_DIR=/data
@@ -46,9 +43,8 @@ CMD ["bot"]
 
 # --- a worker ------------------------------------------------------------------------------------------------
 FROM ${WORKER_BASE} AS worker-build
-RUN python3 -c "import venv, ensurepip" 2>/dev/null || (apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
-    && rm -rf /var/lib/apt/lists/*)
+COPY deploy/python.sh /usr/local/bin/ensure-python
+RUN sh /usr/local/bin/ensure-python
 RUN python3 -m venv /opt/animegamer
 ENV PATH=/opt/animegamer/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # torch first, on its own: PyPI's Linux torch is the CUDA build; a wheel in deploy/wheels/ (make stack's CPU
@@ -60,9 +56,8 @@ COPY --from=bot-build /src /src
 RUN pip install --find-links /wheels "/src[worker,postgres]"
 
 FROM ${WORKER_BASE} AS worker
-RUN python3 -c "import venv" 2>/dev/null || (apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 ca-certificates \
-    && rm -rf /var/lib/apt/lists/*)
+COPY deploy/python.sh /usr/local/bin/ensure-python
+RUN sh /usr/local/bin/ensure-python
 COPY --from=worker-build /opt/animegamer /opt/animegamer
 RUN useradd --system --uid 10001 --home-dir /data --create-home animegamer
 # The published checkpoints are mounted read-only at /checkpoints (compose.yaml); the model loads once, as the

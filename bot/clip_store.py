@@ -3,6 +3,9 @@
 A row keeps the key (``<guild>/job_<id>.mp4``), never a path: a bot started from another working directory, or
 moved to another machine with its data folder, still finds every clip (revision 0007 turned the paths stored
 before into keys). Only the bot reads clips; the workers send theirs through the blob store.
+
+Bot processes of one game share one folder (ANIMEGAMER_CLIP_DIR): the process that applies a result writes its
+clip, and whichever process posts it, or later joins it into a recap, reads it there.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ class ClipStore:
 
     @classmethod
     def of(cls, settings: Settings) -> ClipStore:
-        return cls(settings.data_dir / "clips")
+        return cls(settings.clip_dir or settings.data_dir / "clips")
 
     @staticmethod
     def key(guild_id: int | None, job_id: int) -> str:

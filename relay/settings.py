@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     queue: str = "turns"
 
     model: str = "toy"  # toy (trained, shipped) | tiny | full (random weights) | animegamer (the published files)
+    # Where the bot keeps posted clips; default <data_dir>/clips. Bot processes of one game share it (a volume).
+    clip_dir: Path | None = None
     checkpoints: Path = Path("checkpoints")  # the release's layout, for model animegamer
     offload_mllm: Literal["auto", "on", "off"] = "auto"  # MLLM in host memory, on the GPU for its passes only
     offload_decoder: Literal["auto", "on", "off"] = "auto"  # decoders in host memory, on the GPU to denoise

@@ -1,5 +1,10 @@
-"""Two bot processes, one game: on one PostgreSQL and one Redis, each in a folder of its own, one worker, every
-turn is posted exactly once with its clip whichever process applies its result (issue 34, measured here).
+"""Two bot processes, one game: on one PostgreSQL and one Redis, each in a folder of its own but sharing the clip
+folder, one worker, every turn is posted exactly once with its clip whichever process applies its result and
+whichever posts it.
+
+Without the shared clip folder a process could post a turn another applied, finding no clip, and Discord's nonce
+then folded the other's post (with the clip) into that one: a turn posted once, without its clip (1 run in 2 of
+the first test here).
 
 Both processes connect the same shard, as during a rolling deploy: the loopback Discord hands each interaction to
 the newer session, and both run every background duty.
@@ -7,13 +12,17 @@ the newer session, and both run every background duty.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from db.migrate import upgrade
-from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, settle, setup_servers
+from db.models import JobStatus
+from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, read_jobs, settle, setup_servers
 from tests.db.conftest import POSTGRES_URL, Postgres
 from tests.discord_double import DiscordDouble
 from tests.workers import machine, start_worker, worker_env
@@ -45,12 +54,15 @@ def clip_messages(double: DiscordDouble) -> dict[int, int]:
     return seen
 
 
-async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
-    redis_url: str, tmp_path: Path, fleet_database: str
-) -> None:
+@contextlib.asynccontextmanager
+async def fleet(
+    tmp_path: Path, redis_url: str, database: str, guilds: list
+) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
+    """A worker in a folder of its own and two bots, each in one of its own, on ``database`` and Redis, sharing
+    only the clip folder (ANIMEGAMER_CLIP_DIR); both connected to the same shard of one loopback Discord, the newer
+    one taking the interactions."""
     gpu = tmp_path / "gpu-machine"
     worker = start_worker({**worker_env(gpu / "data", redis_url), **machine(gpu)}, cwd=gpu)
-    guilds, players = crowd(PLAYERS, guilds=2)
     bots: list[BotProcess] = []
     try:
         async with DiscordDouble(guilds, strict=True) as double:
@@ -59,25 +71,72 @@ async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
                 **discord_env(double),
                 "ANIMEGAMER_BROKER_URL": redis_url,
                 "ANIMEGAMER_RESULT_BACKEND": redis_url,
-                "ANIMEGAMER_DATABASE_URL": fleet_database,
+                "ANIMEGAMER_DATABASE_URL": database,
                 "ANIMEGAMER_QUEUE": worker.env["ANIMEGAMER_QUEUE"],
                 "ANIMEGAMER_MODEL": "tiny",
                 "ANIMEGAMER_DELIVERY_POLL_SECONDS": "0.2",
+                "ANIMEGAMER_CLIP_DIR": str(tmp_path / "shared-clips"),
             }
             for name in ("old", "new"):  # a rolling deploy: the new bot starts before the old one stops
                 folder = tmp_path / f"{name}-bot"
                 bot = BotProcess(bot_argv(), {**env, **machine(folder)}, folder / "bot.log", cwd=folder).start()
                 bots.append(bot)
                 await bot.ready(double, ("act", "start", "admin"))
-            await setup_servers(double, guilds, players)
-            handles = await burst(double, players)
-            jobs = await settle(double, fleet_database, handles, timeout=180)
+            yield double, bots
     finally:
         for bot in bots:
             bot.stop()
         worker.kill()
-    logs = "\n".join(bot.log.read_text(errors="replace")[-2000:] for bot in bots)
+
+
+def logs(bots: list[BotProcess]) -> str:
+    return "\n".join(bot.log.read_text(errors="replace")[-2000:] for bot in bots)
+
+
+async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    guilds, players = crowd(PLAYERS, guilds=2)
+    async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
+        await setup_servers(double, guilds, players)
+        handles = await burst(double, players)
+        jobs = await settle(double, fleet_database, handles, timeout=180)
     posted = clip_messages(double)
-    assert late(handles) == 0 and len(jobs) == PLAYERS, logs
-    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs  # none lost
-    assert set(posted.values()) == {1}, (posted, logs)  # none twice
+    assert late(handles) == 0 and len(jobs) == PLAYERS, logs(bots)
+    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
+    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+async def test_a_bot_killed_after_applying_results_leaves_their_clips_to_the_other_to_post_once(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """Discord holds every post (429s) while both bots apply the results; the one that applied the most is then
+    killed (SIGKILL) with its posts unsent, Discord lets posts through, and the other posts them from the clip
+    folder the two share."""
+    guilds, players = crowd(4, guilds=2)
+    async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
+        await setup_servers(double, guilds, players)
+        double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
+        handles = await burst(double, players)
+        await until_all_applied(fleet_database, len(players))
+        applied = [bot.log.read_text(errors="replace").count(" done in ") for bot in bots]
+        victim = bots[applied.index(max(applied))]
+        assert victim.proc is not None
+        victim.proc.kill()
+        victim.proc.wait(10)
+        double.clear_faults()
+        jobs = await settle(double, fleet_database, handles, timeout=120)
+    posted = clip_messages(double)
+    assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
+    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
+    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+async def until_all_applied(database: str, count: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = await read_jobs(database)
+        if len(jobs) == count and all(status is JobStatus.DONE for _, status, *_ in jobs):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not every result was applied within {timeout:.0f} s: {await read_jobs(database)}")
