@@ -1,5 +1,9 @@
 """Vote rounds, once a second: show each changed round's message, close each round that is due, play its winner.
 
+Each message the loop posts carries a Discord nonce of its own (the round's or the job's id): two bot processes
+that both find a round without its message, or both announce a closed one before either records it, make one
+message, which Discord hands to both. Closing is a guarded UPDATE, so one process makes the winner's turn.
+
 Every state a round can be in has this loop as its owner: an open round's message is posted or edited here
 (coalescing the votes of the last second into one edit, inside Discord's rate limits); a due round is closed
 here, in the same transaction as its winner's turn, so the turn is made once however often the bot stops;
@@ -112,7 +116,7 @@ class Rounds(Background):
             if found.round.message_id:
                 await channel.get_partial_message(found.round.message_id).edit(content=text, view=view)
                 return
-            message = await channel.send(text, view=view)
+            message = await channel.send(text, view=view, nonce=f"aground{round_id}")
         except discord.HTTPException as exc:
             log.warning("round %s: message not shown (%s); trying again", round_id, exc)
             self._changed.add(round_id)
@@ -139,9 +143,11 @@ class Rounds(Background):
             if found.round.message_id:
                 await channel.get_partial_message(found.round.message_id).edit(content=text, view=None)
             else:
-                await channel.send(text)
+                await channel.send(text, nonce=f"agroundend{round_id}")
             if job is not None and chosen is not None and job.progress_message_id is None:
-                progress = await channel.send(f"🎬 {plain(chosen.instruction, 200)}\nChosen by vote; queued.")
+                progress = await channel.send(
+                    f"🎬 {plain(chosen.instruction, 200)}\nChosen by vote; queued.", nonce=f"agqueued{job.id}"
+                )
                 async with self.bot.sessions() as session, session.begin():
                     await set_job_messages(session, job.id, progress_message_id=progress.id)
         except discord.HTTPException as exc:

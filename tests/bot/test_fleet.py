@@ -22,9 +22,10 @@ import pytest
 
 from db.migrate import upgrade
 from db.models import JobStatus
+from tests.bot.test_story_votes import ALICE, PROPOSALS, VOTERS, propose, round_message, start_vote_story, vote
 from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, read_jobs, settle, setup_servers
 from tests.db.conftest import POSTGRES_URL, Postgres
-from tests.discord_double import DiscordDouble
+from tests.discord_double import DiscordDouble, Guild
 from tests.workers import machine, start_worker, worker_env
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL and Redis
@@ -140,3 +141,27 @@ async def until_all_applied(database: str, count: int, timeout: float = 120.0) -
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"not every result was applied within {timeout:.0f} s: {await read_jobs(database)}")
+
+
+async def test_a_vote_round_under_two_bot_processes_is_shown_once_and_its_winner_played_once(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """Discord takes 1.5 s to make each channel message, so both processes' round loops (a tick a second) find the
+    new round without its message, and the closed one unannounced: without the nonces they post each twice."""
+    async with fleet(tmp_path, redis_url, fleet_database, [Guild()]) as (double, bots):
+        await start_vote_story(double)
+        double.fail("POST", r"/channels/\d+/messages", status=0, delay=1.5, times=None)  # a slow Discord
+        for player, *_ in PROPOSALS:
+            assert "Proposed for round 1" in await propose(double, player)
+        message = await round_message(double, proposals=3)
+        for voter in VOTERS[:3]:
+            await vote(double, message, 1, voter)
+        await (await double.slash("story close", user=ALICE)).answer()
+        await double.wait_until(lambda: clip_messages(double), timeout=90, what="the winner's clip")
+        await asyncio.sleep(3)  # more ticks of both loops: nothing more may be shown or played
+    rounds = [m for m in double.messages(double.guild.channel.id) if m.content.startswith("🗳️")]
+    queued = [m for m in double.messages(double.guild.channel.id) if m.content.startswith("🎬")]  # its progress
+    assert (len(rounds), len(queued)) == (1, 1), ([m.content[:80] for m in rounds], logs(bots))
+    assert list(clip_messages(double).values()) == [1], logs(bots)
+    jobs = await read_jobs(fleet_database)
+    assert len(jobs) == 1, jobs  # the winner's turn, made once
