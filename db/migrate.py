@@ -115,7 +115,7 @@ async def ready_schema(url: str, migrate: str = "auto") -> None:
     ``migrate`` (ANIMEGAMER_MIGRATE_AT_START): ``always`` upgrades (on PostgreSQL under an advisory lock, so
     processes starting together upgrade once); ``never`` only checks; ``auto`` upgrades the embedded SQLite file,
     which nothing else migrates, and only checks a server database, which an operator migrates with
-    ``animegamer db upgrade`` (the compose stack's `migrate` service) while bots of the old code still run.
+    ``animegamer db upgrade`` (the compose stack's `migrate` service).
     """
     if migrate == "always" or (migrate == "auto" and url.startswith("sqlite")):
         await upgrade_async(url)

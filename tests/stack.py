@@ -37,19 +37,20 @@ UP_SECONDS = 300.0  # the first start migrates PostgreSQL and loads the model; e
 TURN_SECONDS = 180.0
 
 
-def compose_command() -> list[str]:
-    """`docker compose` (v2) where the plugin is there, else `docker-compose` (v1, Debian's)."""
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+def compose_command() -> list[str] | None:
+    """`docker compose` (v2) where the plugin is there, else `docker-compose` (v1, Debian's); None: neither."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    raise SystemExit("no docker compose here: install the compose plugin or docker-compose")
+    return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
 class Stack:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
-        self.base = [*compose_command(), "-p", PROJECT, "-f", str(REPO / "compose.yaml")]
+        command = compose_command()
+        if command is None:
+            raise SystemExit("no docker compose here: install the compose plugin or docker-compose")
+        self.base = [*command, "-p", PROJECT, "-f", str(REPO / "compose.yaml")]
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([*self.base, *args], env=self.env, cwd=REPO, capture_output=True, text=True)

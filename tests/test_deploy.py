@@ -4,7 +4,6 @@ where a compose is installed. The stack run from outside is `make stack` (tests/
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import yaml
 
 from relay.probes import probe, with_health
 from tests.scrape import free_port
+from tests.stack import compose_command
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text())
@@ -102,12 +102,6 @@ def test_the_images_bases_are_build_arguments() -> None:
     assert re.search(r"^ARG BASE=python:3\.11-slim$", DOCKERFILE, re.MULTILINE)
     assert re.search(r"^ARG WORKER_BASE=nvidia/cuda:\S+$", DOCKERFILE, re.MULTILINE)
     assert "FROM ${BASE} AS bot\n" in DOCKERFILE and "FROM ${WORKER_BASE} AS worker\n" in DOCKERFILE
-
-
-def compose_command() -> list[str] | None:
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
 @pytest.fixture
