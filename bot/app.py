@@ -25,6 +25,7 @@ from bot.cogs.story.votes import VoteButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.health import readiness
+from bot.leases import process_name
 from bot.metrics import BotMetrics
 from bot.queue import TurnQueue
 from bot.retention import Retention
@@ -85,6 +86,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.settings = settings
         self.queue = TurnQueue(celery_app, settings.broker_timeout)
         self.clips = ClipStore.of(settings)
+        self.process = process_name()  # this process, as the leases it holds name it
         self.supervisor = Supervisor(self)
         self.delivery = Delivery(self)
         self.loop_watch = LoopWatch()
@@ -108,6 +110,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.add_dynamic_items(TurnButton, VoteButton)
         await sync_if_changed(self)
         await self.supervisor.refresh_served()  # before the first command: which characters workers play
+        await self.supervisor.outbox.held()  # so the first command's turn is sent at once where this process sends
         self.supervisor.start()
         self.retention.start()
         self.rounds.start()

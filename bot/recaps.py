@@ -15,7 +15,9 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from media.clips import ClipTooLarge, fit_file, join_files
@@ -23,11 +25,19 @@ from media.clips import ClipTooLarge, fit_file, join_files
 logger = logging.getLogger(__name__)
 
 TOO_LARGE = ".toolarge"  # a version that does not fit even re-encoded: remembered, so it is not encoded again
+# A recap being made longer than this is its process's death, not its work: its claim (db/recaps.py) may be
+# taken again, and its work folder deleted. Joining and fitting a long story takes about a minute.
+RECAP_STALE = timedelta(minutes=10)
 
 
-def folder_in(data_dir: Path) -> Path:
-    """Where the bot keeps recap files: /story recap makes them, /story end and /admin purge delete them."""
-    return data_dir / "recaps"
+def folder_in(clip_root: Path) -> Path:
+    """Where the bot keeps recap files: /story recap makes them, /story end and /admin purge delete them.
+
+    Inside the clip folder, which every bot process of one game shares: a recap one process made is reused by the
+    others, and /story end or /admin purge in any process deletes it. (Clip keys are ``<guild>/...``: no guild is
+    called ``recaps``.)
+    """
+    return clip_root / "recaps"
 
 
 def _stem(story_id: int) -> str:
@@ -42,14 +52,20 @@ def _version(turn_ids: Sequence[int], limit_bytes: int) -> str:
 def forget(folder: Path, story_id: int) -> None:
     """Delete every recap file of the story, and any work folder a stopped bot left behind.
 
-    The bot makes one recap of a story at a time, so no work folder of this story is in use when this runs.
+    A work folder younger than ``RECAP_STALE`` may be another process's recap being made: it is left to that
+    process, which moves its file into place and removes its folder.
     """
     if not folder.is_dir():
         return
     for path in folder.glob(_stem(story_id) + "*"):
         path.unlink(missing_ok=True)
+    stale = time.time() - RECAP_STALE.total_seconds()
     for work in folder.glob("." + _stem(story_id) + "*"):
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            if work.stat().st_mtime < stale:
+                shutil.rmtree(work, ignore_errors=True)
+        except FileNotFoundError:  # its process finished with it meanwhile
+            continue
 
 
 def recap_file(folder: Path, story_id: int, clips: Sequence[tuple[int, Path]], limit_bytes: int) -> tuple[Path, bool]:

@@ -3,6 +3,10 @@
 The settings are the bot's, not each server's: the disk and the database are the operator's, and
 one policy across a hundred servers is what an operator can promise and size for. A server's
 admins see it in /admin stats. The first sweep runs a minute after start, not during it.
+
+A sweep is due once an interval for the whole fleet: each process looks every minute (or interval, if
+shorter), and the one whose guarded write moves the due time forward sweeps (db/leases.claim_due). A process
+killed in a sweep leaves the rest to the next one, an interval later.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bot.background import Background
+from db.base import utcnow
+from db.leases import claim_due
 from db.retention import Swept, sweep
 from game.history import MAX_WINDOW
 
@@ -23,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FIRST_SWEEP_SECONDS = 60.0
+LOOK_SECONDS = 60.0  # how often each process asks whether a sweep is due
 # Blobs only carry bytes across the queue; each is read within a turn's wait and run, or before the
 # result store forgets its result (a day). Two days is above both.
 BLOB_KEEP = timedelta(days=2)
@@ -48,14 +55,23 @@ class Retention(Background):
         self.bot = bot
 
     async def _run(self) -> None:
-        await asyncio.sleep(min(FIRST_SWEEP_SECONDS, self.bot.settings.retention_interval_seconds))
+        interval = self.bot.settings.retention_interval_seconds
+        await asyncio.sleep(min(FIRST_SWEEP_SECONDS, interval))
         while True:
             try:
-                await self.run_once()
+                if await self.due():
+                    await self.run_once()
                 self.ticked()
             except Exception:
                 log.exception("retention sweep failed; trying again in an interval")
-            await asyncio.sleep(self.bot.settings.retention_interval_seconds)
+            await asyncio.sleep(min(LOOK_SECONDS, interval))
+
+    async def due(self) -> bool:
+        """Whether this process sweeps now: True for one process of the fleet once an interval."""
+        now = utcnow()
+        next_due = now + timedelta(seconds=self.bot.settings.retention_interval_seconds)
+        async with self.bot.sessions() as session, session.begin():
+            return await claim_due(session, "retention", self.bot.process, next_due, now)
 
     async def run_once(self) -> Swept:
         settings = self.bot.settings

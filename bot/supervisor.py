@@ -38,6 +38,7 @@ from sqlalchemy import select
 
 from bot.background import Background
 from bot.clip_store import ClipStore
+from bot.leases import LeaseHold
 from bot.notices import Notices
 from bot.queue import Look, QueueUnavailable
 from bot.turns import ETA_GUESS_SECONDS, progress_text
@@ -83,6 +84,9 @@ STORE_BACKOFF_MAX = 60.0  # seconds between its tries, doubling from one
 OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
 SERVED_REFRESH_SECONDS = 10.0  # how often the workers' presence is read
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
+# One process of the fleet sends turns to the broker, so each queue's window is one count; a process killed
+# while it holds the outbox stalls sending for at most this long before another takes it over.
+OUTBOX_LEASE_SECONDS = 10.0
 
 
 def limits_from(settings) -> Limits:
@@ -120,6 +124,7 @@ class Supervisor(Background):
         self._backlog: Counter[str] = Counter()  # queue -> turns waiting here for room at the broker
         self._left: set[int] = set()  # jobs their submission left to the backlog: the outbox's at once, no grace
         self._sending = asyncio.Lock()  # the outbox's tick and the submissions' own sends, one at a time
+        self.outbox = LeaseHold(lambda: bot.sessions(), "outbox", bot.process, OUTBOX_LEASE_SECONDS)
 
     async def _run(self) -> None:
         poll = self.bot.settings.delivery_poll_seconds
@@ -134,13 +139,18 @@ class Supervisor(Background):
                 log.exception("supervisor tick failed; retrying in %.0fs", delay)
             await asyncio.sleep(delay)
 
+    async def stop(self) -> None:
+        await super().stop()
+        await self.outbox.give_up()  # a clean stop: another process sends from its next tick
+
     async def tick(self) -> None:
         await self.refresh_served()
         async with self.bot.sessions() as session:
             to_mark = await cancels_to_mark(session)
             self._seconds_each = await average_turn_seconds(session, self._seconds_each)
             in_flight = await jobs_in_flight(session)
-        await self.send_in_turn()
+        if await self.outbox.held():
+            await self.send_in_turn()
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
@@ -253,6 +263,8 @@ class Supervisor(Background):
         backlog for the next tick's fair pick. False only if it could not be sent (the queue is
         down: the outbox keeps trying until its deadline).
         """
+        if not self.outbox.holding:  # another process sends: it takes this turn after OUTBOX_GRACE
+            return True
         async with self._sending:  # one sender at a time: the window's count stays true
             async with self.bot.sessions() as session:  # read under the lock: the outbox may have sent it meanwhile
                 ready = await jobs_to_send(session, only=job_id)

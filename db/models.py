@@ -264,6 +264,10 @@ class Story(Base):
     created_at: Mapped[CreatedAt]
     ended_at: Mapped[Timestamp | None]
     round_seconds: Mapped[int | None]  # vote order: how long a round stays open after its first proposal
+    # /story recap, claimed by one guarded UPDATE (db/recaps.py), so every bot process sees the cooldown and
+    # the recap being made: when the last one was asked for, and when the one being made now began.
+    recapped_at: Mapped[Timestamp | None]
+    recap_started_at: Mapped[Timestamp | None]
 
     guild: Mapped[Guild] = relationship(back_populates="stories", lazy="raise_on_sql")
     members: Mapped[list[StoryMember]] = relationship(
@@ -582,3 +586,17 @@ __all__ = [
     "Turn",
     "TurnOrder",
 ]
+
+
+class Lease(Base):
+    """A duty one bot process does at a time (db/leases.py): who holds it, and until when.
+
+    A holder renews its lease while it works; when it stops, it gives the lease up, and when it dies the lease
+    runs out, so another process takes the duty over within the lease's length.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[Timestamp]

@@ -7,21 +7,31 @@ then folded the other's post (with the clip) into that one: a turn posted once, 
 the first test here).
 
 Both processes connect the same shard, as during a rolling deploy: the loopback Discord hands each interaction to
-the newer session, and both run every background duty.
+the newer live session, and both run every background duty, the outbox only while holding its lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from bot.clip_store import ClipStore
+from bot.recaps import folder_in
+from bot.supervisor import OUTBOX_LEASE_SECONDS
+from db.base import utcnow
+from db.engine import make_engine, make_sessionmaker
+from db.leases import holder_of
 from db.migrate import upgrade
 from db.models import JobStatus
+from tests.bot.helpers import accepted, private_text
+from tests.bot.test_story import PLAYERS as PLAYERS_IN_STORY
+from tests.bot.test_story import begin_story
 from tests.bot.test_story_votes import ALICE, PROPOSALS, VOTERS, propose, round_message, start_vote_story, vote
 from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, read_jobs, settle, setup_servers
 from tests.db.conftest import POSTGRES_URL, Postgres
@@ -57,7 +67,7 @@ def clip_messages(double: DiscordDouble) -> dict[int, int]:
 
 @contextlib.asynccontextmanager
 async def fleet(
-    tmp_path: Path, redis_url: str, database: str, guilds: list
+    tmp_path: Path, redis_url: str, database: str, guilds: list, names: tuple[str, ...] = ("old", "new")
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
     """A worker in a folder of its own and two bots, each in one of its own, on ``database`` and Redis, sharing
     only the clip folder (ANIMEGAMER_CLIP_DIR); both connected to the same shard of one loopback Discord, the newer
@@ -78,7 +88,7 @@ async def fleet(
                 "ANIMEGAMER_DELIVERY_POLL_SECONDS": "0.2",
                 "ANIMEGAMER_CLIP_DIR": str(tmp_path / "shared-clips"),
             }
-            for name in ("old", "new"):  # a rolling deploy: the new bot starts before the old one stops
+            for name in names:  # a rolling deploy: the new bot starts before the old one stops
                 folder = tmp_path / f"{name}-bot"
                 bot = BotProcess(bot_argv(), {**env, **machine(folder)}, folder / "bot.log", cwd=folder).start()
                 bots.append(bot)
@@ -165,3 +175,86 @@ async def test_a_vote_round_under_two_bot_processes_is_shown_once_and_its_winner
     assert list(clip_messages(double).values()) == [1], logs(bots)
     jobs = await read_jobs(fleet_database)
     assert len(jobs) == 1, jobs  # the winner's turn, made once
+
+
+async def outbox_holder(database: str) -> int | None:
+    """The pid of the bot process holding the outbox lease now, if any (a holder is ``host:pid:token``)."""
+    engine = make_engine(database)
+    try:
+        async with make_sessionmaker(engine)() as session:
+            holder = await holder_of(session, "outbox", utcnow())
+    finally:
+        await engine.dispose()
+    return int(holder.split(":")[1]) if holder else None
+
+
+async def until_taken_over(database: str, gone: int, bots: list[BotProcess]) -> tuple[int, float]:
+    """Which process holds the outbox once ``gone`` no longer does, and after how many seconds."""
+    since = time.monotonic()
+    while (holder := await outbox_holder(database)) in (gone, None):
+        assert time.monotonic() - since < 60, (holder, logs(bots))
+        await asyncio.sleep(0.1)
+    return holder, time.monotonic() - since
+
+
+async def test_when_the_process_sending_turns_stops_or_dies_another_takes_over_and_every_turn_is_posted_once(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """Three bots of a rolling deploy; the first holds the outbox (it started first), the newest takes the
+    interactions and leaves their turns to the outbox. As a burst comes in, the holder is stopped (SIGTERM: it hands
+    the lease over as it closes); as a second burst comes in, the next holder is killed (SIGKILL: its lease runs out
+    first, OUTBOX_LEASE_SECONDS)."""
+    guilds, players = crowd(4, guilds=2)
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, names=("first", "second", "new")) as (double, bots):
+        await setup_servers(double, guilds, players)
+        by_pid = {bot.proc.pid: bot.proc for bot in bots if bot.proc is not None}
+        first = await outbox_holder(fleet_database)
+        assert first == bots[0].proc.pid
+        handles = await burst(double, players[:2])
+        by_pid[first].send_signal(signal.SIGTERM)
+        second, after_sigterm = await until_taken_over(fleet_database, first, bots)
+        second_burst = await burst(double, players[2:])
+        # Queued first: a process killed before it answers an interaction loses it (Discord says it failed).
+        await asyncio.gather(*(accepted(handle) for handle in second_burst))
+        handles += second_burst
+        by_pid[second].send_signal(signal.SIGKILL)
+        third, after_sigkill = await until_taken_over(fleet_database, second, bots)
+        jobs = await settle(double, fleet_database, handles, timeout=120)
+    posted = clip_messages(double)
+    print(f"fleet of 3: outbox taken over {after_sigterm:.1f} s after SIGTERM, {after_sigkill:.1f} s after SIGKILL")
+    assert len({first, second, third}) == 3
+    assert after_sigterm <= 5.0, (after_sigterm, logs(bots))  # a few ticks of a loaded machine
+    assert after_sigkill <= OUTBOX_LEASE_SECONDS + 5.0, (after_sigkill, logs(bots))
+    assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
+    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
+    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_the_other(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """The new bot makes the recap into the shared clip folder and is then killed; the old one, taking the
+    interactions now, refuses a recap within the cooldown the new one started, and /story end in it deletes the
+    recap the other made."""
+    async with fleet(tmp_path, redis_url, fleet_database, [Guild()]) as (double, bots):
+        await begin_story(double)
+        wave = {"motion": "gently wave", "background": "town"}
+        await accepted(await double.slash("story act", wave, user=PLAYERS_IN_STORY[0]))
+        await double.wait_until(lambda: clip_messages(double), timeout=90, what="the story turn's clip")
+        (made,) = await (await double.slash("story recap", user=PLAYERS_IN_STORY[1])).followups(timeout=60)
+        recaps = folder_in(ClipStore(tmp_path / "shared-clips").root)
+        kept = [path.name for path in recaps.iterdir()]
+        new = bots[1]
+        assert new.proc is not None
+        new.proc.kill()
+        new.proc.wait(10)
+        for _ in range(100):  # the double notices the closed socket without a call or frame to wake a wait_until
+            if double.shards[0].ws is None:
+                break
+            await asyncio.sleep(0.1)
+        refused = private_text(await (await double.slash("story recap", user=PLAYERS_IN_STORY[2])).answer())
+        await (await double.slash("story end", user=PLAYERS_IN_STORY[0])).answer()
+        left = list(recaps.iterdir())
+    assert [f.filename for f in made.files] == ["story_1.mp4"] and len(kept) == 1, logs(bots)
+    assert "had a recap just now" in refused, refused
+    assert left == [], left

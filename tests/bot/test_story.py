@@ -12,6 +12,8 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import undefer
 
+from bot.clip_store import ClipStore
+from bot.recaps import folder_in
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import history_turn
 from db.models import Character, GuildSettings, Job, Story, StoryStatus, Turn
@@ -156,7 +158,7 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
 ):
     settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 0})
     clips = story_clips(tmp_path / "made", turns=4)
-    recaps = settings.data_dir / "recaps"
+    recaps = folder_in(ClipStore.of(settings).root)
     async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, clips[:3])
@@ -175,7 +177,7 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
 
 
 async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(double, bot_settings, tmp_path):
-    recaps = bot_settings.data_dir / "recaps"
+    recaps = folder_in(ClipStore.of(bot_settings).root)
     async with running_bot(double, bot_settings):
         await begin_story(double)
         await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=3))

@@ -34,6 +34,7 @@ from tests import tiers
 from tests.results import turn_result
 
 POSTGRES_URL = os.environ.get("ANIMEGAMER_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+Sessions = async_sessionmaker[AsyncSession]
 BACKENDS = ("sqlite", pytest.param("postgresql", marks=tiers.SLOW))  # PostgreSQL is a server: the slow tier
 
 
@@ -229,3 +230,12 @@ def make_result() -> Callable[..., TurnResult]:
         )
 
     return make
+
+
+@pytest.fixture
+async def two_bots(db_url: str) -> AsyncIterator[tuple[Sessions, Sessions]]:
+    """Two bot processes' views of one database: an engine each, as two processes would have."""
+    engines = [make_engine(db_url), make_engine(db_url)]
+    yield make_sessionmaker(engines[0]), make_sessionmaker(engines[1])
+    for engine in engines:
+        await engine.dispose()

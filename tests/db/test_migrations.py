@@ -142,7 +142,7 @@ async def _create_all(url: str) -> None:
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0007"
+    assert head_revision() == "0008"
     assert await current_revision(db_url) == head_revision()
 
 
@@ -388,3 +388,23 @@ def test_revision_0007_turns_stored_clip_paths_into_keys_and_its_downgrade_back(
         (3, None),
         (4, "/elsewhere/job_4.mp4"),
     ]
+
+
+def test_revision_0008_keeps_stories_unclaimed_and_its_downgrade_drops_the_leases(
+    new_db_url: Callable[[], str],
+) -> None:
+    url = new_db_url()
+    upgrade(url, "0007")
+    run_sql(
+        url,
+        "INSERT INTO guilds (id, name) VALUES (1, 'g')",
+        "INSERT INTO stories (id, guild_id, channel_id, title, turn_order, created_by) "
+        "VALUES (1, 1, 10, 't', 'free', 5)",
+    )
+    upgrade(url)
+    assert run_sql(url, "SELECT id, recapped_at, recap_started_at FROM stories") == [(1, None, None)]
+    run_sql(url, "INSERT INTO leases (name, holder, expires_at) VALUES ('outbox', 'a', CURRENT_TIMESTAMP)")
+    downgrade(url, "0007")
+    assert run_sql(url, "SELECT id, title FROM stories") == [(1, "t")]
+    with pytest.raises(Exception, match="leases"):
+        run_sql(url, "SELECT * FROM leases")

@@ -6,35 +6,23 @@ Each "bot" is an engine of its own, as two processes would have; each round both
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-import pytest
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.errors import Refusal
 from bot.turns import check_capacity
 from db import jobs as j
 from db import queries as q
-from db.engine import make_engine, make_sessionmaker
 from db.models import Character, GuildSettings, Job, JobStatus
 from game.errors import GameError, TurnInFlightError
-
-Sessions = async_sessionmaker[AsyncSession]
+from tests.db.conftest import Sessions
 
 GUILD, CHANNEL = 1_000_000_000_000_000_001, 2_000_000_000_000_000_002
 ALICE, BOB = 11, 22
 LINE = "Character: {name}; Motion: wave; Background: town."
 ROUNDS = 12
 IN_FLIGHT_REFUSAL = str(TurnInFlightError())
-
-
-@pytest.fixture
-async def two_bots(db_url: str) -> AsyncIterator[tuple[Sessions, Sessions]]:
-    engines = [make_engine(db_url), make_engine(db_url)]
-    yield make_sessionmaker(engines[0]), make_sessionmaker(engines[1])
-    for engine in engines:
-        await engine.dispose()
 
 
 async def _character(sessions: Sessions, user_id: int, name: str) -> int:

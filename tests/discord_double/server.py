@@ -606,7 +606,11 @@ class DiscordDouble:
         count = next(iter(self.shards.values())).shard_count
         shard = shard_for(guild_id, count) if guild_id is not None else 0
         await self.wait_until(lambda: shard in self.shards, 5.0, f"shard {shard} to identify")
-        return self.shards[shard]
+        latest = self.shards[shard]
+        if latest.ws is None:  # its process stopped: another session of the shard (a rolling deploy's old bot)
+            live = [s for s in self.sessions.values() if s.shard_id == shard and s.ws is not None]
+            return live[-1] if live else latest
+        return latest
 
     async def reconnect(self, shard_id: int = 0) -> None:
         """Ask the client to reconnect (op 7); it comes back with RESUME on READY's resume_gateway_url."""

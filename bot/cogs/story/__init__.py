@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
-from bot.recaps import folder_in, forget, recap_file
+from bot.recaps import RECAP_STALE, folder_in, forget, recap_file
 from bot.suggestions import background_choices, motion_choices
 from bot.turns import TurnInput, check_instruction, check_may_play, check_served, read_instruction, submit_turn
 from db.base import utcnow
@@ -31,6 +31,7 @@ from db.queries import (
     leave_story,
     story_turns,
 )
+from db.recaps import claim_recap, end_recap
 from db.rounds import close_now, proposals_in, round_for_proposal
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
 from game.text import clean_text
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 class Stories(commands.GroupCog, group_name="story", group_description="Shared story channels"):
     def __init__(self, bot: AnimeGamerBot) -> None:
         self.bot = bot
-        self._recapped: dict[int, float] = {}  # story id -> time.time() its last recap was asked for
-        self._recapping: set[int] = set()  # stories whose recap is being made right now
 
     async def _story(self, interaction: discord.Interaction) -> Story:
         async with self.bot.sessions() as session:
@@ -199,35 +198,36 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
 
     @property
     def _recaps(self) -> Path:
-        return folder_in(self.bot.settings.data_dir)
+        return folder_in(self.bot.clips.root)
 
-    def _check_recap_allowed(self, story_id: int) -> None:
-        """One recap per story per cooldown: a long story's first recap is a minute of CPU."""
-        if story_id in self._recapping:
+    async def _claim_recap(self, story_id: int) -> datetime:
+        """One recap per story per cooldown, in the whole fleet: a long story's first recap is a minute of CPU.
+        Returns the claim's time, which ends it."""
+        now = utcnow()
+        cooldown = timedelta(seconds=self.bot.settings.recap_cooldown_seconds)
+        async with self.bot.sessions() as session, session.begin():
+            claim = await claim_recap(session, story_id, now, cooldown, RECAP_STALE)
+        if claim.busy:
             raise Refusal("This story's recap is being made; it will appear here shortly.")
-        now = time.time()
-        cooldown = self.bot.settings.recap_cooldown_seconds
-        for done in [s for s, at in self._recapped.items() if now - at >= cooldown]:
-            del self._recapped[done]
-        if story_id in self._recapped:
-            again = int(self._recapped[story_id] + cooldown) + 1
+        if not claim.claimed:
+            again = int(claim.again_at.timestamp()) + 1 if claim.again_at else int(now.timestamp())
             raise Refusal(f"This story had a recap just now; ask again <t:{again}:R>.")
+        return now
 
     @app_commands.command(name="recap", description="The story so far: one clip and a summary")
     async def recap(self, interaction: discord.Interaction) -> None:
         story = await self._story(interaction)
-        self._check_recap_allowed(story.id)
-        self._recapping.add(story.id)  # no await since the check: a recap asked for from now on is refused
+        async with self.bot.sessions() as session:
+            turns = await story_turns(session, story.id)
+        if not turns:
+            raise Refusal("Nothing has happened in this story yet.")
+        started = await self._claim_recap(story.id)
         try:
-            async with self.bot.sessions() as session:
-                turns = await story_turns(session, story.id)
-            if not turns:
-                raise Refusal("Nothing has happened in this story yet.")
             await interaction.response.defer(thinking=True)
-            self._recapped[story.id] = time.time()
             files, note = await self._recap_clip(story.id, turns, self._upload_limit(interaction))
         finally:
-            self._recapping.discard(story.id)
+            async with self.bot.sessions() as session, session.begin():
+                await end_recap(session, story.id, started)
         summary = "\n".join(
             f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)} ({discord.utils.escape_markdown(name)})"
             for turn, name in turns

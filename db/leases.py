@@ -1,0 +1,62 @@
+"""Leases: a duty that one bot process does at a time, taken and renewed by guarded writes.
+
+A lease is a row: its name, its holder and when it runs out. Taking one is an INSERT that does nothing
+when the row exists, then an UPDATE guarded by "free, or already mine", so of two processes asking at
+once exactly one gets it, on SQLite and PostgreSQL alike. A holder that stops gives it up (the next
+asker takes it at once); one that dies keeps it until it runs out, which bounds the takeover.
+
+Times are the callers' clocks: processes on different machines must agree within a second or so, which
+NTP gives, and every takeover bound in docs/operating.md includes that.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from db.models import Lease
+
+
+async def take(session: AsyncSession, name: str, holder: str, until: datetime, now: datetime) -> bool:
+    """Take or renew the lease until ``until``: True if ``holder`` holds it now, False if another does."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    created = await session.execute(
+        dialect.insert(Lease).values(name=name, holder=holder, expires_at=until).on_conflict_do_nothing()
+    )
+    if created.rowcount:
+        return True
+    free_or_mine = (Lease.holder == holder) | (Lease.expires_at <= now)
+    renewed = await session.execute(
+        update(Lease).where(Lease.name == name, free_or_mine).values(holder=holder, expires_at=until)
+    )
+    return renewed.rowcount == 1
+
+
+async def claim_due(session: AsyncSession, name: str, holder: str, next_due: datetime, now: datetime) -> bool:
+    """A duty done once an interval by whichever process comes first: True for the one process whose claim moved
+    the due time from the past to ``next_due``; False while it is not due (whoever did it last)."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    created = await session.execute(
+        dialect.insert(Lease).values(name=name, holder=holder, expires_at=next_due).on_conflict_do_nothing()
+    )
+    if created.rowcount:
+        return True
+    claimed = await session.execute(
+        update(Lease).where(Lease.name == name, Lease.expires_at <= now).values(holder=holder, expires_at=next_due)
+    )
+    return claimed.rowcount == 1
+
+
+async def give_up(session: AsyncSession, name: str, holder: str, now: datetime) -> None:
+    """Hand the lease back (a stopping process): the next process to ask takes it without waiting it out."""
+    await session.execute(update(Lease).where(Lease.name == name, Lease.holder == holder).values(expires_at=now))
+
+
+async def holder_of(session: AsyncSession, name: str, now: datetime) -> str | None:
+    """Who holds the lease now, if anyone: what /readyz and the docs' fleet table show."""
+    return (
+        await session.execute(select(Lease.holder).where(Lease.name == name, Lease.expires_at > now))
+    ).scalar_one_or_none()
