@@ -15,22 +15,29 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, states
 from celery.result import AsyncResult
 
-from game.contract import TASK_NAME, HistoryTurn, TurnRequest, TurnResult, inline
+from game.contract import (
+    PROGRESS_STATE,
+    TASK_NAME,
+    HistoryTurn,
+    Progress,
+    ProgressFn,
+    Stage,
+    TurnRequest,
+    TurnResult,
+    inline,
+)
 from game.history import MAX_WINDOW, past_turns_for
 from game.instruction import Instruction
 from game.state import CharacterState
 from relay.blob_store import BlobError, BlobStore, store_for
 from relay.settings import Settings
-
-ProgressFn = Callable[[str, int, int], None]
 
 POLL_SECONDS = 0.05
 
@@ -119,16 +126,16 @@ def run_turn(
     try:
         while True:
             state = async_result.state
-            if state == "SUCCESS":
+            if state == states.SUCCESS:
                 try:
                     return blobs.resolve_result(TurnResult.model_validate(async_result.result))
                 except BlobError as exc:
                     raise TurnFailed(f"The worker's clip cannot be read: {exc}") from exc
-            if state == "FAILURE":
+            if state == states.FAILURE:
                 raise TurnFailed(f"The worker could not make this turn: {async_result.result}")
-            if state == "PROGRESS" and on_progress is not None:
-                meta = async_result.info or {}
-                on_progress(meta.get("stage", ""), int(meta.get("step", 0)), int(meta.get("total", 1)))
+            progress = Progress.read(async_result.info) if state == PROGRESS_STATE else None
+            if progress is not None and on_progress is not None:
+                on_progress(progress.stage, progress.step, progress.total)
             if worker is not None and not worker.alive():
                 raise TurnFailed(f"The worker stopped (see {worker.log_path}):\n{worker.log_tail()}")
             if time.monotonic() > deadline:
@@ -180,13 +187,13 @@ class LocalGame:
 def bar_progress(bar: Any, prefix: str = "") -> ProgressFn:
     """Show the worker's progress on a tqdm bar: the stage as its description, steps as its count."""
 
-    last: list[tuple[str, int, int]] = []
+    last: list[tuple[Stage, int, int]] = []
 
-    def show(stage: str, step: int, total: int) -> None:
+    def show(stage: Stage, step: int, total: int) -> None:
         if last and last[-1] == (stage, step, total):
             return  # the poll saw nothing new; a redraw would only flicker
         last[:] = [(stage, step, total)]
-        bar.set_description(f"{prefix}{stage}", refresh=False)
+        bar.set_description(f"{prefix}{stage.value}", refresh=False)
         bar.total, bar.n = total, step
         bar.refresh()
 

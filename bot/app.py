@@ -21,21 +21,25 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.buttons import TurnButton
 from bot.clip_store import ClipStore
-from bot.cogs.story.votes import VoteButton
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.health import readiness
-from bot.leases import process_name
+from bot.leases import LeaseHold, process_name
 from bot.metrics import BotMetrics
+from bot.notices import Notices
+from bot.outbox import OUTBOX_LEASE_SECONDS, Outbox
+from bot.presence import WorkerPresence
 from bot.queue import TurnQueue
 from bot.retention import Retention
 from bot.rounds import Rounds
 from bot.suggestions import Suggestions
-from bot.supervisor import Supervisor
+from bot.supervisor import Supervisor, limits_from
 from bot.sync import sync_if_changed
+from bot.votes import VoteButton
 from bot.watchdog import LoopWatch
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import ready_schema
+from relay.blob_store import store_for
 from relay.celery_app import make_celery
 from relay.settings import Settings
 
@@ -87,13 +91,30 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.queue = TurnQueue(celery_app, settings.broker_timeout)
         self.clips = ClipStore.of(settings)
         self.process = process_name()  # this process, as the leases it holds name it
-        self.supervisor = Supervisor(self)
+        self.limits = limits_from(settings)
+        self.blobs = store_for(settings)  # past turns' representations go out, clips come back, through it
+        self.presence = WorkerPresence(settings, self.queue)
+        self.notices = Notices(self)
+        self.outbox = Outbox(
+            settings,
+            self.open_session,
+            self.queue,
+            self.blobs,
+            self.presence,
+            self.limits,
+            LeaseHold(self.open_session, "outbox", self.process, OUTBOX_LEASE_SECONDS),
+        )
+        self.supervisor = Supervisor(self, self.outbox, self.presence, self.notices)
         self.delivery = Delivery(self)
         self.loop_watch = LoopWatch()
         self.retention = Retention(self)
         self.suggestions = Suggestions(self)
         self.rounds = Rounds(self)
         point_at(settings.discord_api_base, settings.discord_gateway_url)
+
+    def open_session(self) -> AsyncSession:
+        """A session of the game database, for the duties made before ``setup_hook`` makes the sessionmaker."""
+        return self.sessions()
 
     async def setup_hook(self) -> None:
         self.metrics.serve(self.settings.metrics_port, self.settings.metrics_address, lambda: readiness(self))
@@ -109,8 +130,8 @@ class AnimeGamerBot(commands.AutoShardedBot):
             await self.load_extension(extension)
         self.add_dynamic_items(TurnButton, VoteButton)
         await sync_if_changed(self)
-        await self.supervisor.refresh_served()  # before the first command: which characters workers play
-        await self.supervisor.outbox.held()  # so the first command's turn is sent at once where this process sends
+        await self.presence.refresh()  # before the first command: which characters workers play
+        await self.outbox.lease.held()  # so the first command's turn is sent at once where this process sends
         self.supervisor.start()
         self.retention.start()
         self.rounds.start()
@@ -129,7 +150,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
 
     def served_characters(self) -> list[str] | None:
         """The characters some running worker plays, or None when any name is served (one model for all)."""
-        return self.supervisor.served
+        return self.presence.served
 
     async def close(self) -> None:
         await self.retention.stop()

@@ -3,7 +3,8 @@
 The three result buttons are one ``DynamicItem``: the job id and the action live in the custom
 id (``ag:turn:<job>:<action>``), so they work on any message after any restart without a view
 being kept in memory. Each re-reads the job from the database and checks it belongs to this
-server (and, for Reroll and Continue, to this player) before doing anything.
+server (and, for Reroll and Continue, to this player) before doing anything. A vote round's buttons are
+beside these, in bot/votes.py.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ class Delivery:
     async def give_up(self, job: JobInfo, why: str) -> None:
         """Tell the player where their turn is, then mark the post undeliverable (never tried again)."""
         where = f"<#{job.channel_id}>" if job.channel_id else "the channel"
-        await self.bot.supervisor.notices.reach(
+        await self.bot.notices.reach(
             job,
             f"Your turn `{job.instruction}` is done, but I could not post it in {where} ({why}). "
             "Your character was updated: /status shows it.",
@@ -186,7 +186,7 @@ class Delivery:
         async with self.bot.sessions() as session, session.begin():
             await set_job_messages(session, job.id, result_message_id=message.id)
         log.info("job %s posted as message %s", job.id, message.id)
-        notices = self.bot.supervisor.notices
+        notices = self.bot.notices
         await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
         notices.forget(job.id)
 

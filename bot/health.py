@@ -26,7 +26,7 @@ def readiness(bot: AnimeGamerBot) -> tuple[bool, dict[str, Any]]:
     ages = {name: None if d.ticked_at is None else round(now - d.ticked_at, 1) for name, d in duties.items()}
     stale = [name for name in ("supervisor", "rounds") if ages[name] is None or ages[name] > STALE_SECONDS]
     gateway = bot.is_ready() and not bot.is_closed()
-    queue = bot.supervisor.queue_answers
+    queue = bot.presence.queue_answers
     ready = gateway and queue is not False and not stale and not bot.stopping
     report = {
         "ready": ready,

@@ -82,7 +82,7 @@ class Retention(Background):
             delete_clips=self.bot.clips.delete,
         )
         try:
-            await asyncio.to_thread(self.bot.supervisor.blobs.delete_older_than, BLOB_KEEP)
+            await asyncio.to_thread(self.bot.blobs.delete_older_than, BLOB_KEEP)
         except OSError as exc:  # a blob folder we cannot list or delete in: next sweep
             log.warning("retention: blob folder not cleaned (%s)", exc)
         try:

@@ -24,8 +24,8 @@ from sqlalchemy import select
 
 from bot.background import Background
 from bot.cards import plain
-from bot.cogs.story.votes import round_text, round_view
 from bot.turns import SEED_LIMIT, model_key
+from bot.votes import round_text, round_view
 from db.base import utcnow
 from db.jobs import create_turn, set_job_messages
 from db.models import Job, JobKind, RoundStatus, StoryRound
@@ -102,7 +102,7 @@ class Rounds(Background):
         async with self._announcing:
             job_id = await self._announce(round_id)
         if job_id is not None:
-            await self.bot.supervisor.send_now(job_id)
+            await self.bot.outbox.send_now(job_id)
 
     async def _refresh(self, round_id: int) -> None:
         async with self.bot.sessions() as session:

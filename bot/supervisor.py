@@ -2,11 +2,7 @@
 
 Each tick it reads the jobs from the database (so a restarted bot resumes them all) and:
 
-1. sends the outbox: committed jobs whose task is not with the broker (a submission whose send
-   failed or never happened or had to wait its turn, a story turn whose predecessor just ended, a
-   job handed back), with the job's own task id, so a second send of the same job is dropped by the
-   worker's claim. Each queue holds only a short window of turns at the broker (a couple per live
-   worker); the rest wait here and go in ``game.schedule``'s fair order, server by server;
+1. has the outbox (bot/outbox.py) send what may go to the broker now;
 2. tells the workers of cancels that could not be marked when they happened;
 3. looks at every sent job's claim and stored state in one thread call, asks
    ``game.jobs.next_event`` what that means, and makes the move: started, still alive, handed
@@ -26,7 +22,6 @@ import contextlib
 import logging
 import secrets
 import time
-from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,40 +33,33 @@ from sqlalchemy import select
 
 from bot.background import Background
 from bot.clip_store import ClipStore
-from bot.leases import LeaseHold
 from bot.notices import Notices
+from bot.outbox import Outbox
+from bot.presence import WorkerPresence
 from bot.queue import Look, QueueUnavailable
-from bot.turns import ETA_GUESS_SECONDS, progress_text
+from bot.turns import progress_text
 from db import moderation
 from db.base import utcnow
 from db.jobs import (
     JobInfo,
     ResultMismatchError,
     apply_result,
-    arm_deadline,
     average_turn_seconds,
     beat,
-    build_history,
     cancels_to_mark,
     expire_job,
     fail_job,
     hand_back,
     jobs_in_flight,
-    jobs_to_send,
-    mark_sent,
     mark_started,
     note_cancel_marked,
     requeue,
     update_progress,
 )
-from db.models import Character, GuildSettings, Job, Story, Turn
-from game.contract import TurnRequest, TurnResult, inline
-from game.history import DEFAULT_WINDOW
-from game.instruction import parse
+from db.models import Job
+from game.contract import PROGRESS_STATE, Progress, Stage, TurnResult, inline
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
-from game.schedule import Waiting, fair_order, fifo_order, window_for
-from relay.blob_store import BlobError, store_for
-from relay.celery_app import RELEASE_MODEL, queue_for
+from relay.blob_store import BlobError
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -81,12 +69,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 30.0
 STORE_WAIT = timedelta(minutes=10)  # a made turn whose clip cannot be written (a full disk) waits this long
 STORE_BACKOFF_MAX = 60.0  # seconds between its tries, doubling from one
-OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
-SERVED_REFRESH_SECONDS = 10.0  # how often the workers' presence is read
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
-# One process of the fleet sends turns to the broker, so each queue's window is one count; a process killed
-# while it holds the outbox stalls sending for at most this long before another takes it over.
-OUTBOX_LEASE_SECONDS = 10.0
 
 
 def limits_from(settings) -> Limits:
@@ -106,25 +89,12 @@ def error_id(job_id: int) -> str:
 class Supervisor(Background):
     name = "animegamer-supervisor"
 
-    def __init__(self, bot: AnimeGamerBot) -> None:
+    def __init__(self, bot: AnimeGamerBot, outbox: Outbox, presence: WorkerPresence, notices: Notices) -> None:
         self.bot = bot
-        self.limits = limits_from(bot.settings)
-        self.notices = Notices(bot)
+        self.outbox, self.presence, self.notices = outbox, presence, notices
+        self.limits = outbox.limits
         self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
         self._storing: dict[int, StoreWait] = {}  # job id -> its clip's next try, while the disk refuses it
-        self._seconds_each = ETA_GUESS_SECONDS.get(bot.settings.model, 60.0)
-        # The published model is one MLLM + decoder pair per character, each on its own queue: the
-        # characters some live worker serves, as the workers announce them. Any name otherwise.
-        self.served: list[str] | None = list(bot.settings.characters) if bot.settings.model == RELEASE_MODEL else None
-        self._served_at = float("-inf")
-        self.queue_answers: bool | None = None  # at the last call that needed it; None: not asked yet
-        self.blobs = store_for(bot.settings)  # past turns' representations go out, clips come back, through it
-        self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it, as they announce themselves
-        self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
-        self._backlog: Counter[str] = Counter()  # queue -> turns waiting here for room at the broker
-        self._left: set[int] = set()  # jobs their submission left to the backlog: the outbox's at once, no grace
-        self._sending = asyncio.Lock()  # the outbox's tick and the submissions' own sends, one at a time
-        self.outbox = LeaseHold(lambda: bot.sessions(), "outbox", bot.process, OUTBOX_LEASE_SECONDS)
 
     async def _run(self) -> None:
         poll = self.bot.settings.delivery_poll_seconds
@@ -141,16 +111,14 @@ class Supervisor(Background):
 
     async def stop(self) -> None:
         await super().stop()
-        await self.outbox.give_up()  # a clean stop: another process sends from its next tick
+        await self.outbox.lease.give_up()  # a clean stop: another process sends from its next tick
 
     async def tick(self) -> None:
-        await self.refresh_served()
+        await self.presence.refresh()
         async with self.bot.sessions() as session:
             to_mark = await cancels_to_mark(session)
-            self._seconds_each = await average_turn_seconds(session, self._seconds_each)
-            in_flight = await jobs_in_flight(session)
-        if await self.outbox.held():
-            await self.send_in_turn()
+            self.outbox.seconds_each = await average_turn_seconds(session, self.outbox.seconds_each)
+        await self.outbox.tick(self._guarded)
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
@@ -167,138 +135,6 @@ class Supervisor(Background):
         self._storing = {job_id: wait for job_id, wait in self._storing.items() if job_id in live}
         posting = await self.bot.delivery.post_pending()
         self.notices.keep_only(live | posting, seen_at)
-
-    async def refresh_served(self) -> None:
-        """How many live workers consume each queue, and (published model) which characters they play."""
-        if time.monotonic() - self._served_at < SERVED_REFRESH_SECONDS:
-            return
-        try:
-            await self.bot.queue.ping()
-            presences = await self.bot.queue.workers()
-        except QueueUnavailable:
-            self.queue_answers = False
-            return  # keep what was known
-        self.queue_answers = True
-        self.workers_on = Counter(queue for presence in presences for queue in presence.queues)
-        settings = self.bot.settings
-        if self.served is not None:
-            self.served = [name for name in settings.characters if queue_for(settings, name) in self.workers_on]
-        self._served_at = time.monotonic()
-
-    def queue_of(self, job: JobInfo) -> str:
-        settings = self.bot.settings
-        character = parse(job.instruction).character if settings.model == RELEASE_MODEL else ""
-        return queue_for(settings, character)
-
-    def room(self, queue: str) -> int:
-        """How many more turns this queue may take at the broker now."""
-        return window_for(self.workers_on[queue]) - self._at_broker[queue]
-
-    # -- the outbox --------------------------------------------------------------------------------
-
-    async def send_in_turn(self) -> None:
-        """Fill each queue's window at the broker from the backlog, in the fair order (or first come, first served).
-
-        The backlog and the jobs in flight are read under the sending lock, together: a turn read
-        before a place freed (a cancel) or before a submission left its turn to the backlog would
-        otherwise be passed over for one that was read. A fresh turn is its submission's to send
-        (``send_now``) for ``OUTBOX_GRACE``, unless that submission already left it to the backlog.
-        """
-        async with self._sending:
-            async with self.bot.sessions() as session:
-                in_flight = await jobs_in_flight(session)
-                fresh = utcnow() - OUTBOX_GRACE
-                waiting = [job for job in await jobs_to_send(session) if job.id in self._left or job.queued_at < fresh]
-            unsent = {job.id for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is None}
-            self._left &= unsent
-            self._at_broker = Counter(
-                self.queue_of(job) for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is not None
-            )
-            by_queue: dict[str, list[JobInfo]] = {}
-            for job in waiting:
-                if job.id in unsent:
-                    by_queue.setdefault(self.queue_of(job), []).append(job)
-            self._backlog = Counter({queue: len(jobs) for queue, jobs in by_queue.items()})
-            for queue, jobs in by_queue.items():
-                # A running turn and a sent one both hold the workers: that is the server's share in service.
-                in_service = Counter(
-                    job.guild_id for job in in_flight if job.sent_at is not None and self.queue_of(job) == queue
-                )
-                candidates = [Waiting(job.id, job.guild_id, job) for job in jobs]
-                fair = self.bot.settings.fair_queue
-                ordered = fair_order(candidates, in_service) if fair else fifo_order(candidates)
-                for turn in ordered[: max(0, self.room(queue))]:
-                    await self._guarded(turn.item, self.send(turn.item))
-
-    async def send(self, job: JobInfo) -> bool:
-        """Hand a committed job's task to the broker; False (and tried again next tick) if it is down."""
-        request, queue = await self._request(job)
-        eta = timedelta(seconds=self._seconds_each)
-        try:
-            await self.bot.queue.send(request, job.task_id, queue)
-        except QueueUnavailable as exc:
-            log.info("job %s not sent yet: %s", job.id, exc)
-            if job.deadline_at is None:  # a story turn whose turn has come: from now on it has a deadline
-                async with self.bot.sessions() as session, session.begin():
-                    await arm_deadline(session, job.id, utcnow() + self.limits.pickup_for(eta))
-            return False
-        self._at_broker[queue] += 1
-        self._backlog[queue] = max(0, self._backlog[queue] - 1)
-        async with self.bot.sessions() as session, session.begin():
-            recorded = await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
-            status = None if recorded else (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
-        if not recorded and status in (None, JobStatus.CANCELLED):
-            # Cancelled (or purged) while its task went out: /cancel saw it unsent and told no worker.
-            log.info("job %s was cancelled while it was being sent; telling its workers", job.id)
-            with contextlib.suppress(QueueUnavailable):
-                await self.bot.queue.cancel(job.task_id)
-            return True
-        log.info("job %s sent to %s", job.id, queue)
-        return True
-
-    async def send_now(self, job_id: int) -> bool:
-        """The submission's own send: the outbox's path, right away, for one job if it may go now.
-
-        A turn that finds its queue's window full, or other turns waiting for it, stays in the
-        backlog for the next tick's fair pick. False only if it could not be sent (the queue is
-        down: the outbox keeps trying until its deadline).
-        """
-        if not self.outbox.holding:  # another process sends: it takes this turn after OUTBOX_GRACE
-            return True
-        async with self._sending:  # one sender at a time: the window's count stays true
-            async with self.bot.sessions() as session:  # read under the lock: the outbox may have sent it meanwhile
-                ready = await jobs_to_send(session, only=job_id)
-            for job in ready:
-                queue = self.queue_of(job)
-                if self.room(queue) <= 0 or self._backlog[queue] > 0:
-                    self._backlog[queue] += 1
-                    self._left.add(job.id)
-                    return True
-                try:
-                    return await self.send(job)
-                except Exception:
-                    log.exception("job %s: not sent at submission; the outbox will send it", job_id)
-                    return False
-        return True
-
-    async def _request(self, job: JobInfo) -> tuple[TurnRequest, str]:
-        """The task's arguments, built now: a story turn's history holds every turn before it."""
-        async with self.bot.sessions() as session:
-            turn = (await session.execute(select(Turn).where(Turn.id == job.turn_id))).scalar_one()
-            source: Story | Character | None = (
-                await session.get(Story, turn.story_id)
-                if turn.story_id is not None
-                else await session.get(Character, turn.character_id)
-            )
-            window = (
-                await session.execute(
-                    select(GuildSettings.history_window).where(GuildSettings.guild_id == job.guild_id)
-                )
-            ).scalar_one_or_none() or DEFAULT_WINDOW
-            history = await build_history(session, source, window, turn.model_key) if source is not None else []
-        request = TurnRequest(job_id=str(job.id), instruction=turn.instruction, seed=turn.seed, history=history)
-        request = await asyncio.to_thread(self.blobs.pack_request, request)  # large representations by reference
-        return request, queue_for(self.bot.settings, parse(turn.instruction).character)
 
     async def mark_cancelled(self, job: JobInfo) -> None:
         """Tell the workers a sent job was cancelled (the worker checks the mark before and while it runs)."""
@@ -319,11 +155,11 @@ class Supervisor(Background):
         try:
             looks = await self.bot.queue.look([job.task_id for job in jobs])
         except QueueUnavailable as exc:
-            self.queue_answers = False
+            self.presence.queue_answers = False
             log.warning("queue unreachable (%s); deciding only what needs no look", exc)
             return None
         if jobs:
-            self.queue_answers = True
+            self.presence.queue_answers = True
         return looks
 
     async def _broker_started(self) -> datetime | None:
@@ -344,13 +180,9 @@ class Supervisor(Background):
             event = None  # seen recently enough: spare the database a write
         if event is not None:
             await self.move(job, event, look)
-        if (
-            look is not None
-            and look.state == "PROGRESS"
-            and isinstance(look.info, dict)
-            and event is not Event.SUCCEEDED
-        ):
-            await self.show_progress(job, look.info)
+        progress = Progress.read(look.info) if look is not None and look.state == PROGRESS_STATE else None
+        if progress is not None and event is not Event.SUCCEEDED:
+            await self.show_progress(job, progress)
 
     async def move(self, job: JobInfo, event: Event, look: Look | None) -> None:
         now = utcnow()
@@ -405,7 +237,7 @@ class Supervisor(Background):
             return
         try:
             # Read, not deleted yet: a bot restarted before it records the result reads it again.
-            result = await asyncio.to_thread(self.blobs.resolve_result, stored)
+            result = await asyncio.to_thread(self.outbox.blobs.resolve_result, stored)
         except BlobError as exc:
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
@@ -435,7 +267,7 @@ class Supervisor(Background):
             log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
         await self._forget(job)
         try:  # recorded: its bytes in Redis need not wait out their day (they expire anyway)
-            await asyncio.to_thread(self.blobs.drop_result, stored)
+            await asyncio.to_thread(self.outbox.blobs.drop_result, stored)
         except Exception as exc:
             log.info("job %s: its result's blobs were not dropped (%s); they expire on their own", job.id, exc)
 
@@ -473,12 +305,11 @@ class Supervisor(Background):
         await self.notices.tell(job, f"This turn could not be made (error `{eid}`); try again with /act.")
         await self._forget(job)
 
-    async def show_progress(self, job: JobInfo, meta: dict) -> None:
-        stage, step, total = str(meta.get("stage", "")), int(meta.get("step", 0)), int(meta.get("total", 0))
-        if stage == "denoise" and total > 0 and job.status is JobStatus.RUNNING:
+    async def show_progress(self, job: JobInfo, progress: Progress) -> None:
+        if progress.stage is Stage.DENOISE and progress.total > 0 and job.status is JobStatus.RUNNING:
             async with self.bot.sessions() as session, session.begin():
-                await update_progress(session, job.id, step, total)
-        await self.notices.edit_progress(job, progress_text(job.instruction, stage, step, total))
+                await update_progress(session, job.id, progress.step, progress.total)
+        await self.notices.edit_progress(job, progress_text(job.instruction, progress))
 
     async def _forget(self, job: JobInfo) -> None:
         with contextlib.suppress(QueueUnavailable):

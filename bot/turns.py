@@ -6,7 +6,7 @@ that can wait. Then the checks, cheapest first and all before any GPU work: bann
 paused, instruction grammar and blocked terms, character served, a turn in flight, quota, the
 server's queue cap. Then one transaction commits the Turn and its Job, not yet sent; the
 deferred answer becomes the progress message, and the supervisor's outbox sends the task
-(right away, through ``Supervisor.send_now``, or on its next tick if the bot died in between).
+(right away, through ``Outbox.send_now``, or on its next tick if the bot died in between).
 A refusal after the public defer removes it and answers privately (``bot.errors``).
 """
 
@@ -17,7 +17,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import discord
 from sqlalchemy import select
@@ -36,6 +36,7 @@ from db.jobs import (
 )
 from db.models import Character, GuildSettings, JobKind, Story, StoryStatus, Turn, TurnOrder
 from db.queries import active_character, get_guild_settings, member_of_story, next_in_turn
+from game.contract import Progress, Stage
 from game.errors import TurnInFlightError
 from game.instruction import Instruction, InstructionError, from_fields, parse
 from relay.celery_app import RELEASE_MODEL
@@ -131,6 +132,27 @@ def check_served(bot: AnimeGamerBot, character: str) -> None:
         raise Refusal(f"No worker plays {character}; characters being served: {offer}.")
 
 
+class CheckedTurn(NamedTuple):
+    settings: GuildSettings  # the server's, read once for every later check of the same turn
+    character: Character
+    instruction: Instruction
+
+
+async def check_turn(
+    bot: AnimeGamerBot, session: AsyncSession, guild_id: int, channel_id: int, user_id: int, typed: TurnInput
+) -> CheckedTurn:
+    """Every check a command that makes or proposes a turn makes before any write, cheapest first: banned,
+    channel, paused, a character picked, the instruction's grammar, the character served, blocked terms."""
+    settings = await check_may_play(session, guild_id, channel_id, user_id)
+    character = await active_character(session, guild_id, user_id)
+    if character is None:
+        raise Refusal("Pick your character first with /start.")
+    instruction = read_instruction(typed, character.name)
+    check_served(bot, instruction.character)
+    await check_instruction(session, guild_id, instruction, character)
+    return CheckedTurn(settings, character, instruction)
+
+
 async def submit_turn(
     bot: AnimeGamerBot,
     interaction: discord.Interaction,
@@ -147,13 +169,7 @@ async def submit_turn(
 
     # Who, where and what: reads only, so they need no turn at the database's one writer.
     async with bot.sessions() as session:
-        settings = await check_may_play(session, guild_id, channel_id, user_id)
-        found = await active_character(session, guild_id, user_id)
-        if found is None:
-            raise Refusal("Pick your character first with /start.")
-        instruction = read_instruction(typed, found.name)
-        check_served(bot, instruction.character)
-        await check_instruction(session, guild_id, instruction, found)
+        settings, found, instruction = await check_turn(bot, session, guild_id, channel_id, user_id, typed)
         each = await average_turn_seconds(session, ETA_GUESS_SECONDS.get(bot.settings.model, 60.0))
         gap = await seconds_between_turns(session, each)
 
@@ -181,11 +197,11 @@ async def submit_turn(
         ahead = await queue_position(session, job.id) or 0
         eta = timedelta(seconds=each + ahead * gap)  # its own turn, and one finish for each turn ahead
         if story is None or not await _waits(session, turn):
-            job.deadline_at = utcnow() + bot.supervisor.limits.pickup_for(eta)
+            job.deadline_at = utcnow() + bot.limits.pickup_for(eta)
         job_id = job.id
 
     log.info("job %s queued (guild %s, user %s)", job_id, guild_id, user_id)
-    bot.supervisor.notices.remember(job_id, interaction)
+    bot.notices.remember(job_id, interaction)
     waiting = story is not None and job.deadline_at is None
     text = queued_text(str(instruction), ahead, each + ahead * gap, after_story_turn=waiting)
     try:
@@ -203,7 +219,7 @@ async def _send(
     bot: AnimeGamerBot, job_id: int, interaction: discord.Interaction, shown: discord.Message | None
 ) -> None:
     """Send the committed turn now; if the queue is down, say the turn waits for it (the outbox sends it later)."""
-    if await bot.supervisor.send_now(job_id) or shown is None:
+    if await bot.outbox.send_now(job_id) or shown is None:
         return
     note = (
         "\nThe queue is not answering right now: your turn waits for it, and is dropped uncharged if it takes too long."
@@ -274,10 +290,12 @@ def queued_text(instruction: str, ahead: int, eta_seconds: float, *, after_story
     return f"🎬 {instruction}\nQueued, {place}; ready <t:{eta}:R>."
 
 
-def progress_text(instruction: str, stage: str, step: int, total: int) -> str:
-    if stage == "denoise" and total:
-        filled = round(BAR_CELLS * step / total)
+STAGE_WORDS = {Stage.LOADING: "Loading the model…", Stage.MLLM: "Imagining the turn…", Stage.VAE: "Rendering frames…"}
+
+
+def progress_text(instruction: str, progress: Progress) -> str:
+    if progress.stage is Stage.DENOISE and progress.total:
+        filled = round(BAR_CELLS * progress.step / progress.total)
         bar = "▰" * filled + "▱" * (BAR_CELLS - filled)
-        return f"🎬 {instruction}\nAnimating {bar} {100 * step // total}%"
-    words = {"loading": "Loading the model…", "mllm": "Imagining the turn…", "vae": "Rendering frames…"}
-    return f"🎬 {instruction}\n{words.get(stage, 'Finishing the clip…')}"
+        return f"🎬 {instruction}\nAnimating {bar} {100 * progress.step // progress.total}%"
+    return f"🎬 {instruction}\n{STAGE_WORDS.get(progress.stage, 'Finishing the clip…')}"

@@ -13,9 +13,11 @@ bytes or such a reference. Whoever reads one resolves it first; ``inline`` says 
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from game.history import MAX_WINDOW
 from game.instruction import parse
@@ -29,6 +31,42 @@ RESULT_KEEP_SECONDS = 24 * 3600  # a finished turn's result, and its blobs, wait
 RANDOM_WEIGHTS_LABEL = "tiny model, random weights"
 FULL_RANDOM_WEIGHTS_LABEL = "full-size model, random weights"  # worker.pipeline.config.full
 TOY_LABEL = "toy model, trained on the toy world"  # worker.pipeline.toy: drawn clips, not anime
+
+
+# The state a worker stores while its turn runs, with a ``Progress`` as its meta. Celery's own states (PENDING,
+# STARTED, SUCCESS, FAILURE, ...) are read through ``celery.states``; this one is ours, so it is named here once.
+PROGRESS_STATE = "PROGRESS"
+
+
+class Stage(enum.StrEnum):
+    """Where a turn is on its worker, in order: what the pipeline reports and what the bot and the CLI show."""
+
+    LOADING = "loading"  # a worker started with --no-preload loads its model on its first turn
+    MLLM = "mllm"  # the state pass and the representation pass
+    DENOISE = "denoise"  # one report per solver step: the only stage with a meaningful step count
+    VAE = "vae"
+    ENCODE = "encode"  # frames to MP4
+
+
+class Progress(BaseModel):
+    """A running turn's progress as the worker stores it and the bot reads it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    stage: Stage
+    step: int = Field(ge=0)
+    total: int = Field(ge=0)
+
+    @classmethod
+    def read(cls, meta: object) -> Progress | None:
+        """The stored meta as a Progress; None when it is not one (a worker of another release, a store's junk)."""
+        try:
+            return cls.model_validate(meta)
+        except ValidationError:
+            return None
+
+
+ProgressFn = Callable[[Stage, int, int], None]  # (stage, step, total): how a pipeline reports
 
 
 def is_random_weights(label: str) -> bool:

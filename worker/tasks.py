@@ -31,7 +31,7 @@ from celery import Task, shared_task, signals
 from celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from game.contract import TASK_NAME, TurnRequest
+from game.contract import PROGRESS_STATE, TASK_NAME, Progress, Stage, TurnRequest
 from game.instruction import parse
 from relay.blob_store import BlobStore, store_for
 from relay.celery_app import served_queues
@@ -215,7 +215,7 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
 
     last_report = 0.0
 
-    def report(stage: str, step: int, total: int) -> None:
+    def report(stage: Stage, step: int, total: int) -> None:
         # Every report is a place to stop: the pipeline calls it between stages and after each step.
         nonlocal last_report
         if task_id in heartbeat.lost:
@@ -228,7 +228,8 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
         if step in (0, total) or now - last_report >= PROGRESS_EVERY_SECONDS:
             last_report = now
             try:
-                task.update_state(state="PROGRESS", meta={"stage": stage, "step": step, "total": total})
+                progress = Progress(stage=stage, step=step, total=total)
+                task.update_state(state=PROGRESS_STATE, meta=progress.model_dump(mode="json"))
             except SoftTimeLimitExceeded:
                 raise  # the limit landed while the store was busy: it is the turn's, not the store's
             except Exception as exc:  # progress is for show; a store that is down must not fail the turn
@@ -236,7 +237,7 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
 
     try:
         if task._pipelines is None:
-            report("loading", 0, 1)  # only a worker started with --no-preload loads on its first turn
+            report(Stage.LOADING, 0, 1)  # only a worker started with --no-preload loads on its first turn
         result = task.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
     except TurnCancelled:
         log.info("turn %s (job %s) cancelled while it ran; stopped", task_id, turn.job_id)

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from bot.clip_store import ClipStore
+from bot.outbox import OUTBOX_LEASE_SECONDS
 from bot.recaps import folder_in
-from bot.supervisor import OUTBOX_LEASE_SECONDS
 from db.base import utcnow
 from db.engine import make_engine, make_sessionmaker
 from db.leases import holder_of

@@ -64,12 +64,12 @@ async def test_a_bot_started_from_another_folder_finds_the_clips_recorded_before
 
 async def test_a_sweep_deletes_blobs_older_than_any_turn_can_wait_for_them(double, bot_settings, tmp_path):
     async with running_bot_on(double, bot_settings, idle_queue(bot_settings, tmp_path)) as bot:
-        old, new = bot.supervisor.blobs.put(b"old representation"), bot.supervisor.blobs.put(b"new one")
+        old, new = bot.blobs.put(b"old representation"), bot.blobs.put(b"new one")
         long_ago = time.time() - (BLOB_KEEP + timedelta(hours=1)).total_seconds()
-        os.utime(bot.supervisor.blobs.path_for(old.sha256), (long_ago, long_ago))
+        os.utime(bot.blobs.path_for(old.sha256), (long_ago, long_ago))
         await bot.retention.run_once()
-        assert not bot.supervisor.blobs.path_for(old.sha256).exists()
-        assert bot.supervisor.blobs.get(new) == b"new one"
+        assert not bot.blobs.path_for(old.sha256).exists()
+        assert bot.blobs.get(new) == b"new one"
 
 
 async def test_a_cancelled_turns_stored_result_is_forgotten_once_its_workers_are_told(double, bot_settings, tmp_path):

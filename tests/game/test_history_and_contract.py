@@ -88,3 +88,20 @@ def test_a_result_survives_json_with_its_clip_bytes():
         fps=8,
     )
     assert TurnResult.model_validate(result.model_dump(mode="json")) == result
+
+
+def test_a_workers_progress_survives_the_store_as_json_and_reads_back_as_its_stage():
+    import json
+
+    from game.contract import Progress, Stage
+
+    stored = json.loads(json.dumps(Progress(stage=Stage.DENOISE, step=3, total=20).model_dump(mode="json")))
+    assert stored == {"stage": "denoise", "step": 3, "total": 20}
+    assert Progress.read(stored) == Progress(stage=Stage.DENOISE, step=3, total=20)
+
+
+@pytest.mark.parametrize("meta", [None, "denoise", {"stage": "dreaming", "step": 1, "total": 2}, {"stage": "vae"}])
+def test_progress_that_is_not_a_progress_reads_as_none(meta):
+    from game.contract import Progress
+
+    assert Progress.read(meta) is None

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from game.contract import RANDOM_WEIGHTS_LABEL, BlobRef, HistoryTurn, TurnRequest, UnresolvedBlob
+from game.contract import RANDOM_WEIGHTS_LABEL, BlobRef, HistoryTurn, Stage, TurnRequest, UnresolvedBlob
 from game.motion import flow_for
 from media.mp4 import decode_mp4, probe
 from worker.pipeline.loading import load_pipeline
@@ -98,8 +98,10 @@ def test_a_past_turn_still_held_by_reference_is_refused_before_any_work(first_tu
 def test_progress_reports_every_denoising_step(tiny_pipeline):
     seen = []
     tiny_pipeline(TurnRequest(job_id="t4", instruction=LINE, seed=1), on_progress=lambda *a: seen.append(a))
-    steps = [step for stage, step, _ in seen if stage == "denoise"]
+    steps = [step for stage, step, _ in seen if stage is Stage.DENOISE]
     assert steps == list(range(tiny_pipeline.config.sampler.num_steps + 1))
+    stages = list(dict.fromkeys(stage for stage, _, _ in seen))
+    assert stages == [Stage.MLLM, Stage.DENOISE, Stage.VAE, Stage.ENCODE]  # every report a Stage, in order
 
 
 def test_a_history_representation_of_the_wrong_shape_is_refused_before_any_work(first_turn, tiny_pipeline):

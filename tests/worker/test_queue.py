@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from game.contract import TASK_NAME, TurnRequest, TurnResult
+from game.contract import PROGRESS_STATE, TASK_NAME, Stage, TurnRequest, TurnResult
 from media.mp4 import decode_mp4
 from relay.blob_store import store_for
 from relay.celery_app import BrokerUnavailable, check_broker, make_celery
@@ -58,7 +58,7 @@ def test_a_turn_whose_worker_is_killed_mid_task_is_redelivered_not_lost(broker, 
     doomed = start_worker(env)
     async_result = send_turn(doomed, f"kill-{broker}")
     deadline = time.monotonic() + 60
-    while not (async_result.state == "PROGRESS" and (async_result.info or {}).get("stage") == "denoise"):
+    while not (async_result.state == PROGRESS_STATE and (async_result.info or {}).get("stage") == Stage.DENOISE):
         assert async_result.state != "FAILURE", async_result.result
         assert time.monotonic() < deadline, "the turn never started denoising"
         time.sleep(0.05)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from game.contract import TurnRequest, TurnResult, inline
+from game.contract import ProgressFn, Stage, TurnRequest, TurnResult, inline
 from game.motion import flow_for
 from media.mp4 import encode_mp4
 from worker.pipeline.characters import SharedMLLM
@@ -34,7 +34,6 @@ from worker.pipeline.vae import build_vae, decode_latents
 
 log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[str, int, int], None]
 ANY_CHARACTER = "*"  # random-weight and toy models are no one character's
 REPRESENTATION_KEY = "representation"
 
@@ -128,15 +127,15 @@ class AnimeGamerPipeline:
             prompt = build_prompt(self.tokenizer, request.instruction, request.history, cfg.num_query_tokens)
 
         # 3. MLLM: four constrained forwards for the state tokens, one for the representation.
-        report("mllm", 0, 2)
+        report(Stage.MLLM, 0, 2)
         with self.mllm_phase(timings):
             with _timed(timings, "state_pass"):
                 embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
                 deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
-            report("mllm", 1, 2)
+            report(Stage.MLLM, 1, 2)
             with _timed(timings, "representation_pass"):
                 representation = self.mllm.predict_representation(embeds, prompt)  # (1, 226, H_dit)
-        report("mllm", 2, 2)
+        report(Stage.MLLM, 2, 2)
 
         # 4. Denoise a video latent conditioned on the representation and the motion scope.
         flow = flow_for(deltas.motion)
@@ -144,13 +143,13 @@ class AnimeGamerPipeline:
             latents = self.denoise(representation, flow, request.seed, report)  # (1, F, C, h, w)
 
         # 5. Decode to pixels and encode the clip.
-        report("vae", 0, 1)
+        report(Stage.VAE, 0, 1)
         with _timed(timings, "vae"):
             frames = decode_latents(self.vae, latents.to(self.decoder_dtype), cfg.vae.scaling_factor)[0]  # (T, H, W, 3)
-        report("encode", 0, 1)
+        report(Stage.ENCODE, 0, 1)
         with _timed(timings, "encode"):
             mp4 = encode_mp4(frames, cfg.fps)
-        report("encode", 1, 1)
+        report(Stage.ENCODE, 1, 1)
 
         return TurnResult(
             job_id=request.job_id,
@@ -192,8 +191,12 @@ class AnimeGamerPipeline:
             w = sampler.guidance(step_index)
             return v_uncond + w * (v_cond - v_uncond)
 
-        report("denoise", 0, num_steps)
-        return sampler.sample(predict_v, noise.float(), generator, callback=lambda i, n: report("denoise", i + 1, n))
+        report(Stage.DENOISE, 0, num_steps)
+
+        def step_done(i: int, n: int) -> None:
+            report(Stage.DENOISE, i + 1, n)
+
+        return sampler.sample(predict_v, noise.float(), generator, callback=step_done)
 
     def _read_representation(self, data: bytes) -> torch.Tensor:
         """Any stored dtype: turns recorded before representations were float16 hold float32."""

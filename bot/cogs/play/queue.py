@@ -49,6 +49,6 @@ class QueueCommands:
         supervisor = self.bot.supervisor
         for job in cancelled:
             log.info("job %s cancelled by its player", job.id)
-            await supervisor.notices.tell(job, "Cancelled.")
+            await self.bot.notices.tell(job, "Cancelled.")
             if job.sent_at is not None:  # its task is with the broker: tell the workers (or the supervisor will)
                 await supervisor.mark_cancelled(job)

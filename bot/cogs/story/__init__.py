@@ -18,8 +18,8 @@ from sqlalchemy.exc import IntegrityError
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.recaps import RECAP_STALE, folder_in, forget, recap_file
-from bot.suggestions import background_choices, motion_choices
-from bot.turns import TurnInput, check_instruction, check_may_play, check_served, read_instruction, submit_turn
+from bot.turn_options import Background, Line, Motion, turn_options
+from bot.turns import TurnInput, check_may_play, check_turn, submit_turn
 from db.base import utcnow
 from db.models import JobKind, Story, StoryProposal, Turn, TurnOrder
 from db.queries import (
@@ -33,7 +33,6 @@ from db.queries import (
 )
 from db.recaps import claim_recap, end_recap
 from db.rounds import close_now, proposals_in, round_for_proposal
-from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
 from game.text import clean_text
 from game.votes import DEFAULT_ROUND_MINUTES, MAX_PROPOSALS, MAX_ROUND_MINUTES, MIN_ROUND_MINUTES
 from media.clips import ClipTooLarge
@@ -113,20 +112,15 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             raise Refusal("Your character is not in this story.")
         await fill(interaction, "You left the story.", ephemeral=True)
 
+    @turn_options
     @app_commands.command(name="act", description="Take the story's next turn")
-    @app_commands.describe(
-        motion="what your character does",
-        background="where",
-        time="time of day (optional)",
-        instruction="or one whole line: Character: X; Motion: Y; Background: Z.",
-    )
     async def act(
         self,
         interaction: discord.Interaction,
-        motion: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
-        background: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
+        motion: Motion | None = None,
+        background: Background | None = None,
         time: str | None = None,
-        instruction: app_commands.Range[str, 1, MAX_LINE_CHARS] | None = None,
+        instruction: Line | None = None,
     ) -> None:
         story = await self._story(interaction)
         if story.turn_order == TurnOrder.VOTE:
@@ -134,20 +128,15 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         typed = TurnInput(instruction=instruction, motion=motion, background=background, time=time)
         await submit_turn(self.bot, interaction, typed, story=story, kind=JobKind.STORY)
 
+    @turn_options
     @app_commands.command(name="propose", description="Propose the story's next turn; the channel votes")
-    @app_commands.describe(
-        motion="what your character does",
-        background="where",
-        time="time of day (optional)",
-        instruction="or one whole line: Character: X; Motion: Y; Background: Z.",
-    )
     async def propose(
         self,
         interaction: discord.Interaction,
-        motion: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
-        background: app_commands.Range[str, 1, MAX_FIELD_CHARS] | None = None,
+        motion: Motion | None = None,
+        background: Background | None = None,
         time: str | None = None,
-        instruction: app_commands.Range[str, 1, MAX_LINE_CHARS] | None = None,
+        instruction: Line | None = None,
     ) -> None:
         story = await self._story(interaction)
         if story.turn_order != TurnOrder.VOTE:
@@ -156,13 +145,8 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await defer_privately(interaction)
         guild_id, user_id = interaction.guild_id, interaction.user.id
         async with self.bot.sessions() as session:  # the checks /act makes, before anyone sees it
-            await check_may_play(session, guild_id, interaction.channel_id, user_id)
-            character = await active_character(session, guild_id, user_id)
-            if character is None:
-                raise Refusal("Pick your character first with /start.")
-            line = read_instruction(typed, character.name)
-            check_served(self.bot, line.character)
-            await check_instruction(session, guild_id, line, character)
+            checked = await check_turn(self.bot, session, guild_id, interaction.channel_id, user_id, typed)
+        character, line = checked.character, checked.instruction
         try:
             async with self.bot.submitting, self.bot.sessions() as session, session.begin():
                 found, _ = await round_for_proposal(session, story, utcnow())
@@ -190,11 +174,6 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             raise Refusal("This story has no open round.")
         await self.bot.rounds.close(found.id)
         await fill(interaction, f"Round {found.number} is closed; its winner is being played.", ephemeral=True)
-
-    act.autocomplete("motion")(motion_choices)
-    act.autocomplete("background")(background_choices)
-    propose.autocomplete("motion")(motion_choices)
-    propose.autocomplete("background")(background_choices)
 
     @property
     def _recaps(self) -> Path:
