@@ -104,10 +104,20 @@ class AnimeGamerBot(commands.AutoShardedBot):
             self.limits,
             LeaseHold(self.open_session, "outbox", self.process, OUTBOX_LEASE_SECONDS),
         )
-        self.supervisor = Supervisor(self, self.outbox, self.presence, self.notices)
         self.delivery = Delivery(self)
+        self.supervisor = Supervisor(
+            settings,
+            self.open_session,
+            self.queue,
+            self.clips,
+            self.metrics,
+            self.outbox,
+            self.presence,
+            self.notices,
+            self.delivery,
+        )
         self.loop_watch = LoopWatch()
-        self.retention = Retention(self)
+        self.retention = Retention(settings, self.open_session, self.clips, self.blobs, self.queue, self.process)
         self.suggestions = Suggestions(self)
         self.rounds = Rounds(self)
         point_at(settings.discord_api_base, settings.discord_gateway_url)

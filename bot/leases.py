@@ -12,11 +12,10 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from db.base import utcnow
+from db.engine import Sessions
 from db.leases import give_up, take
 
 log = logging.getLogger(__name__)
@@ -28,7 +27,7 @@ def process_name() -> str:
 
 
 class LeaseHold:
-    def __init__(self, sessions: Callable[[], Any], name: str, holder: str, seconds: float) -> None:
+    def __init__(self, sessions: Sessions, name: str, holder: str, seconds: float) -> None:
         self.sessions = sessions
         self.name = name
         self.holder = holder

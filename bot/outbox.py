@@ -20,13 +20,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.leases import LeaseHold
 from bot.presence import WorkerPresence
 from bot.queue import QueueUnavailable, TurnQueue
 from bot.turns import ETA_GUESS_SECONDS
 from db.base import utcnow
+from db.engine import Sessions
 from db.jobs import JobInfo, arm_deadline, build_history, jobs_in_flight, jobs_to_send, mark_sent
 from db.models import Character, GuildSettings, Job, Story, Turn
 from game.contract import TurnRequest
@@ -49,7 +49,7 @@ class Outbox:
     def __init__(
         self,
         settings: Settings,
-        sessions: Callable[[], AsyncSession],
+        sessions: Sessions,
         queue: TurnQueue,
         blobs: BlobStore,
         presence: WorkerPresence,

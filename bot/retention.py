@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from bot.background import Background
+from bot.clip_store import ClipStore
+from bot.queue import TurnQueue
 from db.base import utcnow
+from db.engine import Sessions
 from db.leases import claim_due
 from db.retention import Swept, sweep
 from game.history import MAX_WINDOW
-
-if TYPE_CHECKING:
-    from bot.app import AnimeGamerBot
-    from relay.settings import Settings
+from relay.blob_store import BlobStore
+from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,20 @@ def retention_text(settings: Settings) -> str:
 class Retention(Background):
     name = "animegamer-retention"
 
-    def __init__(self, bot: AnimeGamerBot) -> None:
-        self.bot = bot
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: Sessions,
+        clips: ClipStore,
+        blobs: BlobStore,
+        queue: TurnQueue,
+        process: str,
+    ) -> None:
+        self.settings, self.sessions, self.clips, self.blobs, self.queue = settings, sessions, clips, blobs, queue
+        self.process = process  # who claims a sweep
 
     async def _run(self) -> None:
-        interval = self.bot.settings.retention_interval_seconds
+        interval = self.settings.retention_interval_seconds
         await asyncio.sleep(min(FIRST_SWEEP_SECONDS, interval))
         while True:
             try:
@@ -69,24 +78,24 @@ class Retention(Background):
     async def due(self) -> bool:
         """Whether this process sweeps now: True for one process of the fleet once an interval."""
         now = utcnow()
-        next_due = now + timedelta(seconds=self.bot.settings.retention_interval_seconds)
-        async with self.bot.sessions() as session, session.begin():
-            return await claim_due(session, "retention", self.bot.process, next_due, now)
+        next_due = now + timedelta(seconds=self.settings.retention_interval_seconds)
+        async with self.sessions() as session, session.begin():
+            return await claim_due(session, "retention", self.process, next_due, now)
 
     async def run_once(self) -> Swept:
-        settings = self.bot.settings
+        settings = self.settings
         swept = await sweep(
-            self.bot.sessions,
+            self.sessions,
             representation_days=settings.representation_retention_days,
             clip_days=settings.clip_retention_days,
-            delete_clips=self.bot.clips.delete,
+            delete_clips=self.clips.delete,
         )
         try:
-            await asyncio.to_thread(self.bot.blobs.delete_older_than, BLOB_KEEP)
+            await asyncio.to_thread(self.blobs.delete_older_than, BLOB_KEEP)
         except OSError as exc:  # a blob folder we cannot list or delete in: next sweep
             log.warning("retention: blob folder not cleaned (%s)", exc)
         try:
-            purged = await self.bot.queue.clean_store()
+            purged = await self.queue.clean_store()
             log.info("retention: result store cleaned (%d expired claims and cancel marks)", purged)
         except Exception as exc:  # the store is down or busy: its rows wait for the next sweep
             log.warning("retention: result store not cleaned (%s)", exc)

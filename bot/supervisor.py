@@ -26,20 +26,22 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import ValidationError
 from sqlalchemy import select
 
 from bot.background import Background
 from bot.clip_store import ClipStore
+from bot.metrics import BotMetrics
 from bot.notices import Notices
 from bot.outbox import Outbox
 from bot.presence import WorkerPresence
-from bot.queue import Look, QueueUnavailable
+from bot.queue import Look, QueueUnavailable, TurnQueue
 from bot.turns import progress_text
 from db import moderation
 from db.base import utcnow
+from db.engine import Sessions
 from db.jobs import (
     JobInfo,
     ResultMismatchError,
@@ -60,9 +62,7 @@ from db.models import Job
 from game.contract import PROGRESS_STATE, Progress, Stage, TurnResult, inline
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
 from relay.blob_store import BlobError
-
-if TYPE_CHECKING:
-    from bot.app import AnimeGamerBot
+from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,15 @@ STORE_BACKOFF_MAX = 60.0  # seconds between its tries, doubling from one
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
 
 
-def limits_from(settings) -> Limits:
+class Poster(Protocol):
+    """Whoever posts finished turns (bot/delivery.py): the supervisor hands them over at each tick."""
+
+    async def post_pending(self) -> set[int]:
+        """Start posting every turn that is ready; the job ids still being posted."""
+        ...
+
+
+def limits_from(settings: Settings) -> Limits:
     return Limits(
         lease=timedelta(seconds=settings.lease_seconds),
         # The worker's hard limit stops the turn; give it a lease to report that before deciding alone.
@@ -89,15 +97,26 @@ def error_id(job_id: int) -> str:
 class Supervisor(Background):
     name = "animegamer-supervisor"
 
-    def __init__(self, bot: AnimeGamerBot, outbox: Outbox, presence: WorkerPresence, notices: Notices) -> None:
-        self.bot = bot
-        self.outbox, self.presence, self.notices = outbox, presence, notices
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: Sessions,
+        queue: TurnQueue,
+        clips: ClipStore,
+        metrics: BotMetrics,
+        outbox: Outbox,
+        presence: WorkerPresence,
+        notices: Notices,
+        poster: Poster,
+    ) -> None:
+        self.settings, self.sessions, self.queue, self.clips, self.metrics = settings, sessions, queue, clips, metrics
+        self.outbox, self.presence, self.notices, self.poster = outbox, presence, notices, poster
         self.limits = outbox.limits
         self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
         self._storing: dict[int, StoreWait] = {}  # job id -> its clip's next try, while the disk refuses it
 
     async def _run(self) -> None:
-        poll = self.bot.settings.delivery_poll_seconds
+        poll = self.settings.delivery_poll_seconds
         delay = poll
         while True:
             try:
@@ -115,16 +134,16 @@ class Supervisor(Background):
 
     async def tick(self) -> None:
         await self.presence.refresh()
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             to_mark = await cancels_to_mark(session)
             self.outbox.seconds_each = await average_turn_seconds(session, self.outbox.seconds_each)
         await self.outbox.tick(self._guarded)
         for job in to_mark:
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             in_flight = await jobs_in_flight(session)
-        self.bot.metrics.queue_depth(self.bot.settings, in_flight)
+        self.metrics.queue_depth(self.settings, in_flight)
         looks = await self._look([job for job in in_flight if job.sent_at is not None])
         unclaimed = looks is not None and any(look.seen is Seen.NOTHING for look in looks.values())
         broker_started = await self._broker_started() if unclaimed else None
@@ -133,16 +152,16 @@ class Supervisor(Background):
         live = {job.id for job in in_flight}
         self._strikes = {job_id: n for job_id, n in self._strikes.items() if job_id in live}
         self._storing = {job_id: wait for job_id, wait in self._storing.items() if job_id in live}
-        posting = await self.bot.delivery.post_pending()
+        posting = await self.poster.post_pending()
         self.notices.keep_only(live | posting, seen_at)
 
     async def mark_cancelled(self, job: JobInfo) -> None:
         """Tell the workers a sent job was cancelled (the worker checks the mark before and while it runs)."""
         try:
-            await self.bot.queue.cancel(job.task_id)
+            await self.queue.cancel(job.task_id)
         except QueueUnavailable:
             return  # next tick
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             await note_cancel_marked(session, job.id)
         # Whatever its worker stored before it saw the mark (progress, even a whole result) is never
         # read now; one stored after this is dropped with the store's expired rows (Retention).
@@ -153,7 +172,7 @@ class Supervisor(Background):
     async def _look(self, jobs: list[JobInfo]) -> dict[str, Look] | None:
         """Every sent job's claim and stored state, or None when the queue does not answer."""
         try:
-            looks = await self.bot.queue.look([job.task_id for job in jobs])
+            looks = await self.queue.look([job.task_id for job in jobs])
         except QueueUnavailable as exc:
             self.presence.queue_answers = False
             log.warning("queue unreachable (%s); deciding only what needs no look", exc)
@@ -164,7 +183,7 @@ class Supervisor(Background):
 
     async def _broker_started(self) -> datetime | None:
         try:
-            return await self.bot.queue.broker_started()
+            return await self.queue.broker_started()
         except QueueUnavailable:
             return None
 
@@ -190,11 +209,11 @@ class Supervisor(Background):
             await self.succeed(job, look.info if look is not None else None)
             return
         if event is Event.HANDED_BACK:
-            await self.bot.queue.release(job.task_id)  # QueueUnavailable: not handed back this tick
+            await self.queue.release(job.task_id)  # QueueUnavailable: not handed back this tick
             reason = (
                 "its worker stopped reporting" if look is None or look.seen is not Seen.ENDED else "its result was lost"
             )
-            async with self.bot.sessions() as session, session.begin():
+            async with self.sessions() as session, session.begin():
                 moved = await hand_back(session, job.id, deadline_after(event, now, self.limits), reason)
             if moved:
                 log.warning("job %s handed back (%s); sending it again", job.id, reason)
@@ -203,7 +222,7 @@ class Supervisor(Background):
         if event is Event.FAILED:
             await self.fail(job, _worker_error(job, look, self.limits))
             return
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             if event is Event.STARTED:
                 if await mark_started(session, job.id, deadline_after(event, now, self.limits)):
                     log.info("job %s started", job.id)
@@ -215,7 +234,7 @@ class Supervisor(Background):
             elif event is Event.EXPIRED:
                 expired = await expire_job(session, job.id)
         if event is Event.EXPIRED and expired:
-            self.bot.metrics.turn_ended("expired")
+            self.metrics.turn_ended("expired")
             waited = max(1, round((now - job.queued_at).total_seconds() / 60))
             log.warning("job %s expired after %d min in the queue", job.id, waited)
             await self.notices.tell(
@@ -242,7 +261,7 @@ class Supervisor(Background):
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
         key = ClipStore.key(job.guild_id, job.id)
-        clip = self.bot.clips.path(key)
+        clip = self.clips.path(key)
         mp4 = inline(result.mp4, "the clip")
         try:
             await asyncio.to_thread(_write_file, clip, mp4)
@@ -251,18 +270,18 @@ class Supervisor(Background):
             return
         self._storing.pop(job.id, None)
         try:
-            async with self.bot.sessions() as session, session.begin():
+            async with self.sessions() as session, session.begin():
                 applied = await apply_result(session, job.id, result, key)
         except ResultMismatchError as exc:
             await self.fail(job, str(exc))
             return
         if not applied:  # cancelled or purged meanwhile, or applied already (another tick or process got there first)
-            async with self.bot.sessions() as session:
+            async with self.sessions() as session:
                 status = (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
             if status is not JobStatus.DONE:  # a done job's recorded clip is this very file: never delete it
                 await asyncio.to_thread(clip.unlink, missing_ok=True)
         else:
-            self.bot.metrics.turn_ended("done")
+            self.metrics.turn_ended("done")
             waited = (utcnow() - job.queued_at).total_seconds()
             log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
         await self._forget(job)
@@ -293,27 +312,27 @@ class Supervisor(Background):
         went wrong in a few words; the details (host paths, exception text) only the operator's log and the job's
         row, since every admin of the server reads the audit log."""
         eid = error_id(job.id)
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000])
             if failed and job.guild_id is not None:
                 summary = details.split(": ", 1)[0].split(" (", 1)[0]
                 await moderation.audit(session, job.guild_id, 0, "turn failed", f"job {job.id}", f"{eid}: {summary}")
         if not failed:
             return
-        self.bot.metrics.turn_ended("failed")
+        self.metrics.turn_ended("failed")
         log.error("job %s failed [%s]: %s", job.id, eid, details)
         await self.notices.tell(job, f"This turn could not be made (error `{eid}`); try again with /act.")
         await self._forget(job)
 
     async def show_progress(self, job: JobInfo, progress: Progress) -> None:
         if progress.stage is Stage.DENOISE and progress.total > 0 and job.status is JobStatus.RUNNING:
-            async with self.bot.sessions() as session, session.begin():
+            async with self.sessions() as session, session.begin():
                 await update_progress(session, job.id, progress.step, progress.total)
         await self.notices.edit_progress(job, progress_text(job.instruction, progress))
 
     async def _forget(self, job: JobInfo) -> None:
         with contextlib.suppress(QueueUnavailable):
-            await self.bot.queue.forget(job.task_id)
+            await self.queue.forget(job.task_id)
 
     # -- isolation ---------------------------------------------------------------------------------
 

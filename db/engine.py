@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,11 @@ def make_engine(
     if engine.dialect.name == "sqlite":
         _install_sqlite_hooks(engine, sqlite_path(url), foreign_keys, busy_timeout)
     return engine
+
+
+# What a duty is handed to reach the database: anything that opens a session (a sessionmaker, or a bot's method
+# that opens one of the sessionmaker it makes at start).
+Sessions = Callable[[], AsyncSession]
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -26,9 +26,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from db.base import utcnow
+from db.engine import Sessions
 from db.models import Turn
 from game.history import MAX_WINDOW
 
@@ -138,7 +139,7 @@ class Swept:
 
 
 async def sweep(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Sessions,
     *,
     representation_days: int,
     clip_days: int,

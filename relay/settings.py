@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     offload_decoder: Literal["auto", "on", "off"] = "auto"  # decoders in host memory, on the GPU to denoise
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     num_steps: int = Field(default=0, ge=0, le=1000)  # 0: the model's own (50)
+    # Steps whose CFG weight is within this of 1 run only the conditional half (worker/pipeline/config.py); 0: both
+    # halves at every step, as released. 0.001 skips 20 of 50 steps' halves and kept every frame of the tiny model.
+    skip_unconditional_below: float = Field(default=0.0, ge=0.0, le=1.0)
     history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns (README: why, for the toy model too)
 
     task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker

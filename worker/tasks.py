@@ -131,7 +131,7 @@ class PipelineTask(Task):
     @property
     def pipelines(self) -> dict[str, AnimeGamerPipeline]:
         if self._pipelines is None:
-            from worker.pipeline.loading import load_pipelines
+            from worker.pipeline.loading import load_pipelines, tune_sampler
 
             settings = get_settings()
             pipelines = load_pipelines(
@@ -143,6 +143,7 @@ class PipelineTask(Task):
                 offload_mllm=settings.offload_mllm,
                 offload_decoder=settings.offload_decoder,
             )
+            tune_sampler(pipelines, skip_unconditional_below=settings.skip_unconditional_below)
             self._pipelines = {character.casefold(): pipeline for character, pipeline in pipelines.items()}
         return self._pipelines
 

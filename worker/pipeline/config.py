@@ -74,6 +74,10 @@ class SamplerConfig:
     guidance_exponent: float = 5.0
     # "release": dynamic CFG fed the release's `50 - timestep`, x0's alpha rounded to the 1000-step table (sampler.py)
     numerics: Numerics = "intended"
+    # Steps whose CFG weight w is within this of 1 run the conditional half alone: the pair's result is
+    # v_cond + (w - 1)(v_cond - v_uncond), so the unconditional half would move it by less than that fraction of
+    # the guidance term. 0 runs both halves at every step, as the release does.
+    skip_unconditional_below: float = 0.0
 
 
 @dataclass(frozen=True)

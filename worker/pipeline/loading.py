@@ -91,3 +91,9 @@ def load_pipelines(
         pipelines = {ANY_CHARACTER: AnimeGamerPipeline.random_weights(config, resolved, **offload)}
     log.info("loaded %s pipeline(s) on %s in %.1fs", name, resolved, time.perf_counter() - started)
     return pipelines
+
+
+def tune_sampler(pipelines: dict[str, AnimeGamerPipeline], **changes: object) -> None:
+    """Sampler choices a worker's settings make at run time (``skip_unconditional_below``), on loaded pipelines."""
+    for pipeline in pipelines.values():
+        pipeline.config = replace(pipeline.config, sampler=replace(pipeline.config.sampler, **changes))
