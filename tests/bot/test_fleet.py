@@ -27,7 +27,7 @@ from bot.recaps import folder_in
 from db.base import utcnow
 from db.engine import make_engine, make_sessionmaker
 from db.leases import holder_of
-from db.migrate import upgrade
+from db.migrate import current_revision, head_revision, upgrade
 from db.models import JobStatus
 from tests.bot.helpers import accepted, private_text
 from tests.bot.test_story import PLAYERS as PLAYERS_IN_STORY
@@ -35,7 +35,7 @@ from tests.bot.test_story import begin_story
 from tests.bot.test_story_votes import ALICE, PROPOSALS, VOTERS, propose, round_message, start_vote_story, vote
 from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, read_jobs, settle, setup_servers
 from tests.db.conftest import POSTGRES_URL, Postgres
-from tests.discord_double import DiscordDouble, Guild
+from tests.discord_double import DiscordDouble, Guild, shard_for
 from tests.workers import machine, start_worker, worker_env
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL and Redis
@@ -67,11 +67,19 @@ def clip_messages(double: DiscordDouble) -> dict[int, int]:
 
 @contextlib.asynccontextmanager
 async def fleet(
-    tmp_path: Path, redis_url: str, database: str, guilds: list, names: tuple[str, ...] = ("old", "new")
+    tmp_path: Path,
+    redis_url: str,
+    database: str,
+    guilds: list,
+    names: tuple[str, ...] = ("old", "new"),
+    shard_ids: tuple[str, ...] | None = None,
+    extra_env: dict[str, str] | None = None,
+    together: bool = False,
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
-    """A worker in a folder of its own and two bots, each in one of its own, on ``database`` and Redis, sharing
-    only the clip folder (ANIMEGAMER_CLIP_DIR); both connected to the same shard of one loopback Discord, the newer
-    one taking the interactions."""
+    """A worker in a folder of its own and bots, each in one of its own, on ``database`` and Redis, sharing only
+    the clip folder (ANIMEGAMER_CLIP_DIR). By default all on the one shard of one loopback Discord, started one
+    after another, the newest taking the interactions (a rolling deploy); with ``shard_ids`` each bot connects
+    only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once."""
     gpu = tmp_path / "gpu-machine"
     worker = start_worker({**worker_env(gpu / "data", redis_url), **machine(gpu)}, cwd=gpu)
     bots: list[BotProcess] = []
@@ -87,12 +95,16 @@ async def fleet(
                 "ANIMEGAMER_MODEL": "tiny",
                 "ANIMEGAMER_DELIVERY_POLL_SECONDS": "0.2",
                 "ANIMEGAMER_CLIP_DIR": str(tmp_path / "shared-clips"),
+                **(extra_env or {}),
             }
-            for name in names:  # a rolling deploy: the new bot starts before the old one stops
+            for i, name in enumerate(names):
                 folder = tmp_path / f"{name}-bot"
-                bot = BotProcess(bot_argv(), {**env, **machine(folder)}, folder / "bot.log", cwd=folder).start()
-                bots.append(bot)
-                await bot.ready(double, ("act", "start", "admin"))
+                shards = {"SHARD_COUNT": str(len(shard_ids)), "SHARD_IDS": shard_ids[i]} if shard_ids else {}
+                bot = BotProcess(bot_argv(), {**env, **shards, **machine(folder)}, folder / "bot.log", cwd=folder)
+                bots.append(bot.start())
+                if not together:  # a rolling deploy: the new bot is ready before the old one stops
+                    await bot.ready(double, ("act", "start", "admin"))
+            await asyncio.gather(*(bot.ready(double, ("act", "start", "admin")) for bot in bots))
             yield double, bots
     finally:
         for bot in bots:
@@ -258,3 +270,57 @@ async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_th
     assert [f.filename for f in made.files] == ["story_1.mp4"] and len(kept) == 1, logs(bots)
     assert "had a recap just now" in refused, refused
     assert left == [], left
+
+
+async def test_two_processes_on_shard_ranges_of_their_own_each_serve_their_servers(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """SHARD_COUNT=2, one process with SHARD_IDS=0 and one with 1: each connects only its shard, and every turn of
+    both servers (one on each shard) is posted once with its clip."""
+    guilds, players = crowd(4, guilds=2)
+    assert {shard_for(guild.id, 2) for guild in guilds} == {0, 1}
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1")) as (double, bots):
+        sessions = sorted((session.shard_id, session.shard_count) for session in double.sessions.values())
+        await setup_servers(double, guilds, players)
+        handles = await burst(double, players)
+        jobs = await settle(double, fleet_database, handles, timeout=180)
+    posted = clip_messages(double)
+    connected = [bot.log.read_text(errors="replace") for bot in bots]
+    assert sessions == [(0, 2), (1, 2)], sessions  # one session a shard: neither process connected the other's
+    assert "shards [0] of 2" in connected[0] and "shards [1] of 2" in connected[1], logs(bots)
+    assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
+    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
+    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+@pytest.fixture
+def older_database() -> Iterator[str]:
+    """A PostgreSQL database one revision behind the code, as before a deploy that brings a migration."""
+    server = Postgres(POSTGRES_URL)
+    if reason := server.unavailable():
+        pytest.skip(reason)
+    name = server.new_database()
+    upgrade(server.url_for(name), "0007")
+    yield server.url_for(name)
+    server.drop(name)
+
+
+async def test_two_bots_started_together_on_an_older_schema_migrate_it_once_and_both_play(
+    redis_url: str, tmp_path: Path, older_database: str
+) -> None:
+    """ANIMEGAMER_MIGRATE_AT_START=always on both: the advisory lock lets one upgrade while the other waits and
+    then finds the schema current; both then take turns."""
+    guilds, players = crowd(4, guilds=2)
+    always = {"ANIMEGAMER_MIGRATE_AT_START": "always"}
+    async with fleet(
+        tmp_path, redis_url, older_database, guilds, shard_ids=("0", "1"), extra_env=always, together=True
+    ) as (double, bots):
+        revision = await current_revision(older_database)
+        await setup_servers(double, guilds, players)
+        handles = await burst(double, players)
+        jobs = await settle(double, older_database, handles, timeout=180)
+    migrated = [bot.log.read_text(errors="replace").count("Running upgrade 0007 -> 0008") for bot in bots]
+    assert revision == head_revision()
+    assert sorted(migrated) == [0, 1], (migrated, logs(bots))
+    assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
+    assert set(clip_messages(double).values()) == {1}, logs(bots)
