@@ -20,13 +20,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from db.models import Lease
 
 
-async def take(session: AsyncSession, name: str, holder: str, until: datetime, now: datetime) -> bool:
-    """Take or renew the lease until ``until``: True if ``holder`` holds it now, False if another does."""
+async def _create(session: AsyncSession, name: str, holder: str, expires_at: datetime) -> bool:
+    """Make the lease's row held by ``holder``: True if it did not exist (so no other asker made it first)."""
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     created = await session.execute(
-        dialect.insert(Lease).values(name=name, holder=holder, expires_at=until).on_conflict_do_nothing()
+        dialect.insert(Lease).values(name=name, holder=holder, expires_at=expires_at).on_conflict_do_nothing()
     )
-    if created.rowcount:
+    return created.rowcount == 1
+
+
+async def take(session: AsyncSession, name: str, holder: str, until: datetime, now: datetime) -> bool:
+    """Take or renew the lease until ``until``: True if ``holder`` holds it now, False if another does."""
+    if await _create(session, name, holder, until):
         return True
     free_or_mine = (Lease.holder == holder) | (Lease.expires_at <= now)
     renewed = await session.execute(
@@ -38,11 +43,7 @@ async def take(session: AsyncSession, name: str, holder: str, until: datetime, n
 async def claim_due(session: AsyncSession, name: str, holder: str, next_due: datetime, now: datetime) -> bool:
     """A duty done once an interval by whichever process comes first: True for the one process whose claim moved
     the due time from the past to ``next_due``; False while it is not due (whoever did it last)."""
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    created = await session.execute(
-        dialect.insert(Lease).values(name=name, holder=holder, expires_at=next_due).on_conflict_do_nothing()
-    )
-    if created.rowcount:
+    if await _create(session, name, holder, next_due):
         return True
     claimed = await session.execute(
         update(Lease).where(Lease.name == name, Lease.expires_at <= now).values(holder=holder, expires_at=next_due)
