@@ -33,6 +33,11 @@ _FORCED_AFTER = (("</ML>", "<SC>"), ("</SC>", "<ET>"), ("</ET>", "<ST>"))
 RELEASE_PROCESSOR_FRAMES = 100
 
 
+def state_step_tokens(slot: int) -> int:
+    """Tokens the state pass feeds after choosing the Strength of state ``slot``: it and the tags that follow."""
+    return 1 + len(_FORCED_AFTER[slot])
+
+
 def frame_attention_mask(
     seq_len: int, spans: Sequence[tuple[int, int]], dtype: torch.dtype, device: torch.device | None = None
 ) -> torch.Tensor:

@@ -182,10 +182,10 @@ class AnimeGamerPipeline:
         flow_pair = torch.full((2,), flow, device=self.device)
 
         def predict_v(x: torch.Tensor, timestep: int, step_index: int) -> torch.Tensor:
-            w = sampler.guidance(step_index) if cfg.sampler.guidance_scale else 1.0
-            if w - 1.0 <= cfg.sampler.skip_unconditional_below:  # the unconditional half would (all but) cancel out
+            if sampler.skips_unconditional(step_index):
                 t = torch.full((1,), timestep, device=self.device)
                 return self.decoder(x.to(self.decoder_dtype), t, conditional, flow_pair[:1]).float()
+            w = sampler.guidance(step_index)
             pair = torch.cat([x, x]).to(self.decoder_dtype)  # (2, F, C, h, w)
             t = torch.full((2,), timestep, device=self.device)
             v_uncond, v_cond = self.decoder(pair, t, condition, flow_pair).float().chunk(2)

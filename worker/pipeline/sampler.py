@@ -177,6 +177,13 @@ class DPMSolverSDESampler:
             mode=self.config.numerics,
         )
 
+    def skips_unconditional(self, step_index: int) -> bool:
+        """Whether `step_index` runs the conditional half alone: no guidance at all, or a weight within
+        `skip_unconditional_below` of 1, where the unconditional half would (all but) cancel out."""
+        if not self.config.guidance_scale:
+            return True
+        return self.guidance(step_index) - 1.0 <= self.config.skip_unconditional_below
+
     def _coefficients(self, i: int) -> tuple[float, float, float, float]:
         """(c_x, c_d, c_z, c_prev) for step i -> i+1: x' = c_x x + c_d D + c_z z, with 1/2r = c_prev.
 
