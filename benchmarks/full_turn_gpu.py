@@ -7,16 +7,22 @@ Ours: bf16 MLLM and decoder, PyTorch SDPA, the CFG pair as one batch, chunked VA
 state pass in four forwards. The release's choices on the same weights and seed: fp16 decoder
 and VAE, both models resident, the state pass as greedy generation with a 200-token budget.
 Stages are timed with CUDA events (perf_counter on the CPU) and peak memory is read per stage.
-Then (``--characters 2``, the default) Qiqi and Sosuke on one shared base, a turn each, everything
-resident and then both parts offloaded, each turn's peak beside the memory plan's figures.
+Then every compute cut on and off (``cuts``): the denoising loop with the unconditional half skipped where the
+guidance weight is within 0.001 of 1, with the step cache, with 30 and 20 steps, with the decoder's blocks
+compiled (``torch.compile``) and with each of PyTorch's fused attention kernels forced, and the VAE decode tiled:
+seconds, peak memory, and the FLOP/s achieved against the H200's dense bf16 peak (benchmarks/turn_flops.py
+counts the FLOPs on the meta device). Then (``--characters 2``, the default) Qiqi and Sosuke on one shared base,
+a turn each, everything resident and then both parts offloaded, each turn's peak beside the memory plan's figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +30,7 @@ import torch
 from game.contract import TurnRequest
 from game.motion import flow_for
 from media.mp4 import encode_mp4
+from training.metrics import frame_psnr
 from worker.pipeline.characters import SharedMLLM, random_parts
 from worker.pipeline.config import get_config
 from worker.pipeline.decoder import AnimeGamerDecoder
@@ -32,8 +39,10 @@ from worker.pipeline.pipeline import AnimeGamerPipeline, _default_dtype
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.vae import decode_latents
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.turn_flops, when run as a script
+from benchmarks.turn_flops import H200_BF16_DENSE, RELEASE_STATE_BUDGET, count
+
 LINE = "Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky."
-RELEASE_STATE_BUDGET = 200
 
 
 @dataclass
@@ -100,12 +109,13 @@ def report(title: str, stages: list[Stage]) -> float:
     return total
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="full")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--characters", type=int, choices=(1, 2), default=2, help="2: also two characters, one base")
-    args = parser.parse_args()
+    parser.add_argument("--compile", action="store_true", help="time torch.compile off a GPU too (minutes to build)")
+    args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("No CUDA GPU is visible: run with --model tiny --device cpu to check the script.")
@@ -135,11 +145,84 @@ def main() -> None:
     )
     print(f"\nratio release/ours, whole turn: {release_total / ours_total:.2f}x (one run)")
 
+    ours.decoder.to(ours.mllm_dtype)
+    ours.vae.to(ours.mllm_dtype)
+    ours.decoder_dtype = ours.mllm_dtype
+    cuts(ours, compile_blocks=args.compile or device.type == "cuda")
     if args.characters == 2:
-        ours.decoder.to(ours.mllm_dtype)
-        ours.vae.to(ours.mllm_dtype)
-        ours.decoder_dtype = ours.mllm_dtype
         two_characters(ours)
+
+
+SAMPLER_CUTS: dict[str, dict[str, float | int]] = {
+    "every step, both halves (as released)": {},
+    "skip the unconditional half, w - 1 <= 0.001": {"skip_unconditional_below": 1e-3},
+    "step cache, change < 0.2": {"step_cache_below": 0.2},
+    "30 steps": {"num_steps": 30},
+    "20 steps": {"num_steps": 20},
+}
+
+
+def cuts(pipe: AnimeGamerPipeline, compile_blocks: bool) -> None:
+    """The denoising loop and the VAE decode under each cut, from one representation and one seed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    device, base = pipe.device, pipe.config
+    counted = count(base)  # on the meta device: the FLOPs of each forward at these sizes
+    prompt = build_prompt(pipe.tokenizer, LINE, [], base.num_query_tokens)
+    embeds = pipe.mllm.embed_prompt(prompt, [])
+    representation = pipe.mllm.predict_representation(embeds, prompt)
+    flow = flow_for(3)
+
+    def denoise() -> torch.Tensor:
+        return pipe.denoise(representation, flow, 0, lambda *a: None)
+
+    print(f"\ncompute cuts ({base.name}, on {device}; FLOP/s against the H200's {H200_BF16_DENSE / 1e12:.0f} TFLOP/s)")
+    print(f"{'denoising loop':<48}{'seconds':>9}{'peak GiB':>10}{'reused':>8}{'TFLOP/s':>9}{'of H200':>9}")
+
+    def row(name: str, sampler: object) -> torch.Tensor:
+        latents, stage = run_stage(device, name, denoise)
+        flops = counted.turn(sampler).flops("denoise")
+        reused = pipe.steps_reused  # a reused step runs the first block only: its FLOPs are not all made
+        rate = "" if reused else f"{flops / stage.seconds / 1e12:>9.3g}{flops / stage.seconds / H200_BF16_DENSE:>9.1%}"
+        print(f"{name:<48}{stage.seconds:>9.2f}{stage.peak_gib:>10.2f}{reused:>8}{rate}")
+        return latents
+
+    full_latents = None
+    for name, changes in SAMPLER_CUTS.items():
+        pipe.config = replace(base, sampler=replace(base.sampler, **changes))
+        denoise()  # warm-up at this step count
+        latents = row(name, pipe.config.sampler)
+        full_latents = latents if full_latents is None else full_latents
+    pipe.config = base
+    backends = (
+        ("flash attention", SDPBackend.FLASH_ATTENTION),
+        ("memory-efficient attention", SDPBackend.EFFICIENT_ATTENTION),
+    )
+    for name, backend in backends:
+        try:
+            with sdpa_kernel([backend]):
+                row(f"{name} forced", base.sampler)
+        except RuntimeError as exc:  # this device or dtype has no such kernel
+            print(f"{name + ' forced':<48}unavailable: {str(exc).splitlines()[0][:60]}")
+    if compile_blocks:
+        eager = list(pipe.decoder.transformer_blocks)
+        pipe.decoder.transformer_blocks = torch.nn.ModuleList(torch.compile(block) for block in eager)
+        denoise()  # compiles
+        row("decoder blocks compiled (torch.compile)", base.sampler)
+        pipe.decoder.transformer_blocks = torch.nn.ModuleList(eager)
+
+    print(f"\n{'VAE decode':<48}{'seconds':>9}{'peak GiB':>10}{'TFLOP/s':>9}{'worst PSNR':>12}")
+    assert full_latents is not None
+    z = full_latents.to(pipe.decoder_dtype)
+    whole = None
+    for name, tiled in (("whole frames (as released)", False), ("tiled (diffusers' enable_tiling)", True)):
+        pipe.vae.enable_tiling() if tiled else pipe.vae.disable_tiling()
+        frames, stage = run_stage(device, name, lambda: decode_latents(pipe.vae, z, base.vae.scaling_factor))
+        whole = frames[0] if whole is None else whole
+        psnr = min(frame_psnr(frames[0], whole))
+        rate = counted.vae.flops / stage.seconds / 1e12
+        print(f"{name:<48}{stage.seconds:>9.2f}{stage.peak_gib:>10.2f}{rate:>9.3g}{psnr:>12.1f}")
+    pipe.vae.disable_tiling()
 
 
 def two_characters(ours: AnimeGamerPipeline) -> None:

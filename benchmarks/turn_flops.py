@@ -49,7 +49,7 @@ from worker.pipeline.prompt import Prompt, build_prompt  # noqa: E402
 from worker.pipeline.sampler import DPMSolverSDESampler  # noqa: E402
 
 LINE = "Character: Qiqi; Motion: quickly flying on broomstick; Background: day sky."
-RELEASE_STATE_BUDGET = 200  # benchmarks/full_turn_gpu.py times the release's state pass with the same budget
+RELEASE_STATE_BUDGET = 200  # the release's generate budget; benchmarks/full_turn_gpu.py times its state pass with it
 
 # NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200): BF16 Tensor Core 1,979 TFLOPS "with
 # sparsity", so 989.5 TFLOPS dense; GPU memory bandwidth 4.8 TB/s. The same dense figure as the H100 SXM.
@@ -216,8 +216,8 @@ def count(config: PipelineConfig, past_turns: int = 0, release_budget: int = REL
 def cuts(release: SamplerConfig) -> dict[str, SamplerConfig]:
     """The sampler cuts compared, each a setting away from the release's sampler."""
     return {
-        "ours, as released (both halves, 50 steps)": release,
-        "skip the unconditional half, w - 1 <= 0.001": replace(release, skip_unconditional_below=1e-3),
+        "ours, both halves at every step (skip set to 0)": release,
+        "ours by default: skip the half where w - 1 <= 0.001": replace(release, skip_unconditional_below=1e-3),
         "skip the unconditional half, w - 1 <= 0.01": replace(release, skip_unconditional_below=1e-2),
         "30 steps": replace(release, num_steps=30),
         "20 steps": replace(release, num_steps=20),
@@ -254,15 +254,15 @@ def main() -> None:
     )
 
     peak_s = release.seconds()
-    print(f"{'way of playing a turn':<48}{'TFLOP':>10}{'/release':>10}{'H200 floor':>12}{'at 40%':>10}")
+    print(f"{'way of playing a turn':<56}{'TFLOP':>10}{'/release':>10}{'H200 floor':>12}{'at 40%':>10}")
     print(
-        f"{'the release (200-token state pass, 50 steps, CFG pair)':<48}{tera(release.flops()):>10}"
+        f"{'the release (200-token state pass, 50 steps, CFG pair)':<56}{tera(release.flops()):>10}"
         f"{1.0:>10.2f}{peak_s:>11.2f}s{release.seconds(H200_BF16_DENSE * SUSTAINED):>9.2f}s"
     )
     for name, sampler in cuts(config.sampler).items():
         work = counted_forwards.turn(sampler)
         print(
-            f"{name:<48}{tera(work.flops()):>10}{work.flops() / release.flops():>10.2f}"
+            f"{name:<56}{tera(work.flops()):>10}{work.flops() / release.flops():>10.2f}"
             f"{work.seconds():>11.2f}s{work.seconds(H200_BF16_DENSE * SUSTAINED):>9.2f}s"
         )
     print(

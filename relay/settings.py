@@ -40,8 +40,15 @@ class Settings(BaseSettings):
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     num_steps: int = Field(default=0, ge=0, le=1000)  # 0: the model's own (50)
     # Steps whose CFG weight is within this of 1 run only the conditional half (worker/pipeline/config.py); 0: both
-    # halves at every step, as released. 0.001 skips 20 of 50 steps' halves and kept every frame of the tiny model.
-    skip_unconditional_below: float = Field(default=0.0, ge=0.0, le=1.0)
+    # halves at every step, as released. 0.001 (the default) skips 20 of 50 steps' halves, 18% of a published turn's
+    # FLOPs (benchmarks/turn_flops.py): the half it drops moves v by under 0.1% of the guidance term, below bf16's
+    # rounding, and it kept every frame of the tiny model.
+    skip_unconditional_below: float = Field(default=0.001, ge=0.0, le=1.0)
+    # A step whose first decoder block's residual changed by less than this fraction reuses the other blocks' work
+    # from the last step that ran them (worker/pipeline/step_cache.py); 0: every block at every step, as released.
+    # Off by default: the SDE sampler's fresh noise moves every step's input by about 0.2 (measured on the toy
+    # model), so there is no quiet stretch to reuse and 0.25 already breaks clips (benchmarks/compute_cuts.py).
+    step_cache_below: float = Field(default=0.0, ge=0.0, le=1.0)
     history_window: int = Field(default=1, ge=1, le=5)  # 1 = no past turns (README: why, for the toy model too)
 
     task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker

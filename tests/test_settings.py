@@ -37,3 +37,18 @@ def test_shard_ids_that_cannot_work_are_refused_saying_why(
 ) -> None:
     with pytest.raises(ValidationError, match=said):
         settings(monkeypatch, **env)
+
+
+def test_the_step_cache_is_off_unless_a_threshold_is_set_and_a_worker_applies_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from worker.pipeline.loading import load_pipeline, tune_sampler
+
+    pipeline = load_pipeline("tiny", "cpu")
+
+    def tuned(written: str) -> float:
+        given = settings(monkeypatch, ANIMEGAMER_STEP_CACHE_BELOW=written).step_cache_below
+        tune_sampler({"tiny": pipeline}, step_cache_below=given)
+        return pipeline.config.sampler.step_cache_below
+
+    assert [tuned(""), tuned("0.1"), tuned("0")] == [0.0, 0.1, 0.0]

@@ -132,6 +132,31 @@ def pixel_error(clip: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean(np.abs(clip.astype(np.int16) - truth.astype(np.int16))))
 
 
+def frame_psnr(clip: np.ndarray, reference: np.ndarray) -> list[float]:
+    """Each frame's PSNR in dB against the same frame of ``reference`` (inf where they are identical): how far a
+    compute cut moved a clip from the full-compute one of the same seed."""
+    assert clip.shape == reference.shape, f"clip {clip.shape} vs reference {reference.shape}"
+    mse = ((clip.astype(np.float64) - reference.astype(np.float64)) ** 2).mean(axis=(1, 2, 3))
+    return [10.0 * math.log10(255.0**2 / m) if m else math.inf for m in mse]
+
+
+def frame_ssim(clip: np.ndarray, reference: np.ndarray) -> list[float]:
+    """Each frame's SSIM against ``reference``, on luma: Wang et al. (2004) with their constants, an 11x11 Gaussian
+    window of sigma 1.5, K1 = 0.01 and K2 = 0.03 of the 255 range."""
+    assert clip.shape == reference.shape, f"clip {clip.shape} vs reference {reference.shape}"
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    scores = []
+    for a_rgb, b_rgb in zip(clip, reference, strict=True):
+        a = cv2.cvtColor(a_rgb, cv2.COLOR_RGB2GRAY).astype(np.float64)
+        b = cv2.cvtColor(b_rgb, cv2.COLOR_RGB2GRAY).astype(np.float64)
+        blur = lambda x: cv2.GaussianBlur(x, (11, 11), 1.5)  # noqa: E731
+        mu_a, mu_b = blur(a), blur(b)
+        var_a, var_b, cov = blur(a * a) - mu_a**2, blur(b * b) - mu_b**2, blur(a * b) - mu_a * mu_b
+        ssim = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+        scores.append(float(ssim.mean()))
+    return scores
+
+
 def brightness(clip: np.ndarray) -> float:
     """Mean luma (BT.601) of the clip, 0..255: the toy world lights its scenery by the time of day."""
     return float(np.mean(clip.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)))

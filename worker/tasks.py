@@ -143,7 +143,11 @@ class PipelineTask(Task):
                 offload_mllm=settings.offload_mllm,
                 offload_decoder=settings.offload_decoder,
             )
-            tune_sampler(pipelines, skip_unconditional_below=settings.skip_unconditional_below)
+            tune_sampler(
+                pipelines,
+                skip_unconditional_below=settings.skip_unconditional_below,
+                step_cache_below=settings.step_cache_below,
+            )
             self._pipelines = {character.casefold(): pipeline for character, pipeline in pipelines.items()}
         return self._pipelines
 

@@ -7,6 +7,7 @@ import torch
 
 from worker.pipeline.config import full, tiny
 from worker.pipeline.decoder import AnimeGamerDecoder
+from worker.pipeline.step_cache import StepCache
 
 CFG = tiny()
 B = 2
@@ -152,3 +153,27 @@ def test_full_size_has_about_1_7_billion_parameters() -> None:
     assert len(decoder.transformer_blocks) == 30
     assert decoder.flow_embedding.linear_1.weight.shape == (512, 1920)
     assert decoder.flow_embedding.linear_2.weight.shape == (512, 512)
+
+
+@torch.no_grad()
+def test_a_step_cache_reuses_the_later_blocks_when_the_first_block_s_residual_barely_changed(
+    decoder: AnimeGamerDecoder,
+) -> None:
+    inputs = _inputs(decoder)
+    cache = StepCache(threshold=0.05)
+    computed = decoder(**inputs, cache=cache)
+    nudged = {**inputs, "latents": inputs["latents"] * 1.0001}
+    reused = decoder(**nudged, cache=cache)
+    assert (cache.computed, cache.reused) == (1, 1)
+    assert torch.allclose(reused, decoder(**nudged), atol=1e-2) and not torch.equal(reused, computed)
+
+
+@torch.no_grad()
+def test_a_step_cache_runs_every_block_when_the_input_moved_or_the_batch_changed(decoder: AnimeGamerDecoder) -> None:
+    inputs = _inputs(decoder)
+    cache = StepCache(threshold=0.05)
+    decoder(**inputs, cache=cache)
+    decoder(**_inputs(decoder, seed=1), cache=cache)  # other latents: the first block's residual moves
+    half = {name: value[:1] for name, value in inputs.items()}  # the conditional half alone after the pair
+    decoder(**half, cache=cache)
+    assert (cache.computed, cache.reused) == (3, 0)

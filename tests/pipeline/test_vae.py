@@ -8,7 +8,7 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 
 from worker.pipeline.config import VAEConfig, tiny
-from worker.pipeline.vae import build_vae, decode_latents
+from worker.pipeline.vae import build_vae, conv3d_by_frames, decode_latents
 
 CFG = tiny()
 
@@ -67,3 +67,24 @@ def test_full_size_vae_has_about_0_216_billion_parameters() -> None:
     assert sum(p.numel() for p in vae.parameters()) == 215_583_907
     assert vae.config.temporal_compression_ratio == 4
     assert vae.config.scaling_factor == pytest.approx(1.15258426)
+
+
+def test_on_the_cpu_each_3d_convolution_runs_as_2d_ones_and_decodes_the_same_frames(
+    latents: torch.Tensor, frames: np.ndarray
+) -> None:
+    torch.manual_seed(0)
+    by_frames = build_vae(CFG.vae).eval()  # the same seeded weights as the fixture's
+    changed = conv3d_by_frames(by_frames)
+    convs = sum(isinstance(m, torch.nn.Conv3d) for m in by_frames.modules())
+    again = decode_latents(by_frames, latents, CFG.vae.scaling_factor)
+    assert changed == convs > 0
+    assert np.abs(again.astype(int) - frames.astype(int)).max() <= 1  # float rounding of another summation order
+
+
+def test_a_3d_convolution_by_frames_equals_torch_s_with_stride_and_padding_in_space() -> None:
+    torch.manual_seed(0)
+    conv = torch.nn.Conv3d(6, 5, (3, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+    x = torch.randn(2, 6, 7, 10, 12)
+    expected = conv(x)
+    assert conv3d_by_frames(conv) == 1
+    assert torch.allclose(conv(x), expected, atol=1e-5)

@@ -26,6 +26,8 @@ from training.metrics import (
     figure_track,
     flow_magnitude,
     flow_scores,
+    frame_psnr,
+    frame_ssim,
     is_figure,
     moves_right_way,
     pixel_error,
@@ -303,3 +305,20 @@ def test_a_figure_that_goes_on_from_where_it_stopped_does_not_jump():
     assert position_jump(clips[0], clips[1], QIQI.body) < 4  # pixels; measured 2.5, the poses differ
     assert position_jump(clips[0], clips[2], QIQI.body) > 25
     assert position_jump(clips[0], GREY, QIQI.body) is None
+
+
+def test_a_clip_against_itself_has_infinite_psnr_and_an_ssim_of_one() -> None:
+    clip = np.random.default_rng(0).integers(0, 256, (3, 32, 48, 3), dtype=np.uint8)
+    assert frame_psnr(clip, clip) == [float("inf")] * 3
+    assert frame_ssim(clip, clip) == pytest.approx([1.0] * 3)
+
+
+def test_more_noise_lowers_psnr_and_ssim_and_one_level_everywhere_is_48_db() -> None:
+    rng = np.random.default_rng(0)
+    clip = rng.integers(20, 236, (2, 32, 48, 3)).astype(np.uint8)
+    off_by_one = clip + np.uint8(1)
+    light = np.clip(clip + rng.normal(0, 2, clip.shape), 0, 255).astype(np.uint8)
+    heavy = np.clip(clip + rng.normal(0, 20, clip.shape), 0, 255).astype(np.uint8)
+    assert frame_psnr(off_by_one, clip) == pytest.approx([48.13] * 2, abs=0.01)  # 10 log10(255^2)
+    assert min(frame_psnr(light, clip)) > max(frame_psnr(heavy, clip))
+    assert min(frame_ssim(light, clip)) > max(frame_ssim(heavy, clip))

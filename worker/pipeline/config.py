@@ -78,6 +78,10 @@ class SamplerConfig:
     # v_cond + (w - 1)(v_cond - v_uncond), so the unconditional half would move it by less than that fraction of
     # the guidance term. 0 runs both halves at every step, as the release does.
     skip_unconditional_below: float = 0.0
+    # A step whose first decoder block changed its residual by less than this fraction since the last step that ran
+    # every block reuses the other blocks' residual from that step (step_cache.py). 0 runs every block at every
+    # step, as the release does.
+    step_cache_below: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXBloc
 from torch import nn
 
 from worker.pipeline.config import DecoderConfig
+from worker.pipeline.step_cache import StepCache
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +223,7 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
         timestep: torch.Tensor,
         condition: torch.Tensor,
         flow: torch.Tensor,
+        cache: StepCache | None = None,
     ) -> torch.Tensor:
         """Predict v for noisy latents.
 
@@ -230,6 +232,7 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
             timestep: `(batch_size,)` diffusion timesteps in [0, 1000).
             condition: `(batch_size, 226, hidden)` condition tokens (MLLM representation or `unconditional_tokens`).
             flow: `(batch_size,)` motion-scope values (ANIMEGAMER.md: 0.5 ... 40).
+            cache: this turn's step cache, when the blocks after the first may be reused from an earlier step.
 
         Returns:
             `(batch_size, num_frames, channels, height, width)` v-prediction.
@@ -253,9 +256,20 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
         video = video + pos.to(video.dtype)  # table is float32; match the activations
         cond = condition.to(video.dtype)  # (B, 226, D)
 
-        # 4. Transformer blocks over [condition ; video], full attention, no mask
-        for block in self.transformer_blocks:
-            video, cond = block(hidden_states=video, encoder_hidden_states=cond, temb=emb)
+        # 4. Transformer blocks over [condition ; video], full attention, no mask; with a step cache the blocks
+        # after the first may add the residual they added at an earlier step instead (step_cache.py)
+        first, *rest = self.transformer_blocks
+        before = video
+        video, cond = first(hidden_states=video, encoder_hidden_states=cond, temb=emb)
+        if cache is not None and cache.reusable(video - before):
+            video, cond = video + cache.rest_video, cond + cache.rest_condition
+            cache.reused += 1
+        else:
+            after_first, cond_after_first = video, cond
+            for block in rest:
+                video, cond = block(hidden_states=video, encoder_hidden_states=cond, temb=emb)
+            if cache is not None:
+                cache.store(after_first - before, video - after_first, cond - cond_after_first)
 
         # 5. Final norm, adaLN, projection. LayerNorm is per token, so normalising the video tokens alone equals
         # normalising the concatenated sequence and keeping its video part (what CogVideoX 1.0 does).

@@ -94,6 +94,7 @@ def load_pipelines(
 
 
 def tune_sampler(pipelines: dict[str, AnimeGamerPipeline], **changes: object) -> None:
-    """Sampler choices a worker's settings make at run time (``skip_unconditional_below``), on loaded pipelines."""
+    """Sampler choices a worker's settings make at run time (``skip_unconditional_below``, ``step_cache_below``), on
+    loaded pipelines."""
     for pipeline in pipelines.values():
         pipeline.config = replace(pipeline.config, sampler=replace(pipeline.config.sampler, **changes))

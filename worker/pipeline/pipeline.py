@@ -29,8 +29,9 @@ from worker.pipeline.mllm import AnimeGamerMLLM
 from worker.pipeline.offload import visiting
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.sampler import DPMSolverSDESampler
+from worker.pipeline.step_cache import StepCache
 from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase
-from worker.pipeline.vae import build_vae, decode_latents
+from worker.pipeline.vae import build_vae, conv3d_by_frames, decode_latents
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ class AnimeGamerPipeline:
     offload_decoder: bool = False  # the decoder lives in host memory and visits the GPU for denoising
     shared: SharedMLLM | None = None  # one MLLM base serving several characters' pipelines
     character: str = ""  # whose parts ``shared`` switches to before this pipeline's MLLM passes
+    steps_reused: int = 0  # the last turn's denoising steps the step cache answered (benchmarks/compute_cuts.py)
+
+    def __post_init__(self) -> None:
+        if self.device.type == "cpu":
+            conv3d_by_frames(self.vae)  # oneDNN's 2D convolutions instead of the CPU's slow 3D path (vae.py)
 
     @classmethod
     def random_weights(
@@ -180,15 +186,16 @@ class AnimeGamerPipeline:
         conditional = representation.to(self.device, self.decoder_dtype)
         condition = torch.cat([self.decoder.unconditional_tokens(1), conditional])  # (2, 226, D)
         flow_pair = torch.full((2,), flow, device=self.device)
+        cache = StepCache(cfg.sampler.step_cache_below) if cfg.sampler.step_cache_below else None
 
         def predict_v(x: torch.Tensor, timestep: int, step_index: int) -> torch.Tensor:
             if sampler.skips_unconditional(step_index):
                 t = torch.full((1,), timestep, device=self.device)
-                return self.decoder(x.to(self.decoder_dtype), t, conditional, flow_pair[:1]).float()
+                return self.decoder(x.to(self.decoder_dtype), t, conditional, flow_pair[:1], cache).float()
             w = sampler.guidance(step_index)
             pair = torch.cat([x, x]).to(self.decoder_dtype)  # (2, F, C, h, w)
             t = torch.full((2,), timestep, device=self.device)
-            v_uncond, v_cond = self.decoder(pair, t, condition, flow_pair).float().chunk(2)
+            v_uncond, v_cond = self.decoder(pair, t, condition, flow_pair, cache).float().chunk(2)
             return v_uncond + w * (v_cond - v_uncond)
 
         report(Stage.DENOISE, 0, num_steps)
@@ -196,7 +203,9 @@ class AnimeGamerPipeline:
         def step_done(i: int, n: int) -> None:
             report(Stage.DENOISE, i + 1, n)
 
-        return sampler.sample(predict_v, noise.float(), generator, callback=step_done)
+        latents = sampler.sample(predict_v, noise.float(), generator, callback=step_done)
+        self.steps_reused = cache.reused if cache is not None else 0
+        return latents
 
     def _read_representation(self, data: bytes) -> torch.Tensor:
         """Any stored dtype: turns recorded before representations were float16 hold float32."""
