@@ -32,11 +32,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from tests.checkpoints.release_random import TreePlan
 
 GIB = 2**30
 DEFAULT_ROOT = ROOT / "out" / "full_size_release"  # out/ is ignored by git
@@ -142,6 +147,28 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.2f}"
 
 
+def prepare_tree(root: Path, plan: TreePlan, characters: Sequence[str]) -> bool:
+    """The release-layout tree of ``plan`` under ``root``: reused when a run finished it for these sizes, else
+    written. False, having said why, when the disk has too little free for it."""
+    from tests.checkpoints.release_random import COMPLETE, write_random_release
+
+    root.mkdir(parents=True, exist_ok=True)
+    complete = (root / COMPLETE).is_file() and json.loads((root / COMPLETE).read_text()) == plan.describe()
+    free = shutil.disk_usage(root).free
+    if not complete and free < plan.total_bytes + DISK_MARGIN:
+        print(
+            f"SKIPPED: the tree needs {_gib(plan.total_bytes)} GiB and {root} has {_gib(free)} GiB free "
+            f"(and {_gib(DISK_MARGIN)} GiB kept spare); free some or pass --root on a larger disk"
+        )
+        return False
+    started = time.perf_counter()
+    wrote = write_random_release(root, plan)
+    on_disk = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    how = f"written in {time.perf_counter() - started:.0f} s" if wrote else "reused from an earlier run"
+    print(f"tree: {root}, {_gib(on_disk)} GiB on disk, {', '.join(characters)}, {how}")
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="where the tree is written (reused)")
@@ -159,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from tests.checkpoints.release_random import COMPLETE, plan_tree, tiny_plan, write_random_release
+    from tests.checkpoints.release_random import plan_tree, tiny_plan
     from worker.pipeline.checkpoints.layout import CHARACTERS
     from worker.pipeline.config import full, tiny
 
@@ -168,20 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     devices = args.device or ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
     # 1. The tree: reused when a run finished it for these sizes, else written (skipped when the disk is too full)
-    args.root.mkdir(parents=True, exist_ok=True)
-    complete = (args.root / COMPLETE).is_file() and json.loads((args.root / COMPLETE).read_text()) == plan.describe()
-    free = shutil.disk_usage(args.root).free
-    if not complete and free < plan.total_bytes + DISK_MARGIN:
-        print(
-            f"SKIPPED: the tree needs {_gib(plan.total_bytes)} GiB and {args.root} has {_gib(free)} GiB free "
-            f"(and {_gib(DISK_MARGIN)} GiB kept spare); free some or pass --root on a larger disk"
-        )
+    if not prepare_tree(args.root, plan, characters):
         return
-    started = time.perf_counter()
-    wrote = write_random_release(args.root, plan)
-    on_disk = sum(p.stat().st_size for p in args.root.rglob("*") if p.is_file())
-    how = f"written in {time.perf_counter() - started:.0f} s" if wrote else "reused from an earlier run"
-    print(f"tree: {args.root}, {_gib(on_disk)} GiB on disk, {', '.join(characters)}, {how}")
 
     # 2. One load per device, in a child process each
     rows = []
