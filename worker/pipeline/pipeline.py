@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from game.contract import ProgressFn, Stage, TurnRequest, TurnResult, inline
 from game.motion import flow_for
+from game.state import StateDeltas
 from media.mp4 import encode_mp4
 from worker.pipeline.characters import SharedMLLM
 from worker.pipeline.config import PipelineConfig
@@ -41,6 +43,17 @@ REPRESENTATION_KEY = "representation"
 
 class PipelineLoadError(RuntimeError):
     """The pipeline cannot be built here; the message says why and what to do instead."""
+
+
+@dataclass
+class Rendered:
+    """A turn before its clip is encoded."""
+
+    deltas: StateDeltas
+    flow: float
+    representation: torch.Tensor  # (1, 226, D)
+    frames: np.ndarray  # (T, H, W, 3) uint8
+    timings: dict[str, float]
 
 
 @dataclass
@@ -120,6 +133,36 @@ class AnimeGamerPipeline:
     def __call__(self, request: TurnRequest, on_progress: ProgressFn | None = None) -> TurnResult:
         report = on_progress or (lambda stage, step, total: None)
         cfg = self.config
+        clip = self.render(request, report)
+
+        # 6. Encode the clip.
+        report(Stage.ENCODE, 0, 1)
+        with _timed(clip.timings, "encode"):
+            mp4 = encode_mp4(clip.frames, cfg.fps)
+        report(Stage.ENCODE, 1, 1)
+
+        return TurnResult(
+            job_id=request.job_id,
+            model=cfg.name,
+            label=cfg.label,
+            seed=request.seed,
+            deltas=clip.deltas,
+            flow=clip.flow,
+            mp4=mp4,
+            representation=self._write_representation(clip.representation[0]),
+            num_frames=int(clip.frames.shape[0]),
+            height=int(clip.frames.shape[1]),
+            width=int(clip.frames.shape[2]),
+            fps=cfg.fps,
+            timings=clip.timings,
+        )
+
+    @torch.no_grad()
+    def render(self, request: TurnRequest, on_progress: ProgressFn | None = None) -> Rendered:
+        """The turn up to its frames, before the MP4 encoder: what a compute cut is judged on, since H.264 turns a
+        change of one level on a few pixels into different encoding decisions across the frame."""
+        report = on_progress or (lambda stage, step, total: None)
+        cfg = self.config
         timings: dict[str, float] = {}
 
         # 1. Check inputs before any model work.
@@ -148,30 +191,11 @@ class AnimeGamerPipeline:
         with self.decoder_phase(timings), _timed(timings, "denoise"):
             latents = self.denoise(representation, flow, request.seed, report)  # (1, F, C, h, w)
 
-        # 5. Decode to pixels and encode the clip.
+        # 5. Decode to pixels.
         report(Stage.VAE, 0, 1)
         with _timed(timings, "vae"):
             frames = decode_latents(self.vae, latents.to(self.decoder_dtype), cfg.vae.scaling_factor)[0]  # (T, H, W, 3)
-        report(Stage.ENCODE, 0, 1)
-        with _timed(timings, "encode"):
-            mp4 = encode_mp4(frames, cfg.fps)
-        report(Stage.ENCODE, 1, 1)
-
-        return TurnResult(
-            job_id=request.job_id,
-            model=cfg.name,
-            label=cfg.label,
-            seed=request.seed,
-            deltas=deltas,
-            flow=flow,
-            mp4=mp4,
-            representation=self._write_representation(representation[0]),
-            num_frames=int(frames.shape[0]),
-            height=int(frames.shape[1]),
-            width=int(frames.shape[2]),
-            fps=cfg.fps,
-            timings=timings,
-        )
+        return Rendered(deltas, flow, representation, frames, timings)
 
     def denoise(self, representation: torch.Tensor, flow: float, seed: int, report: ProgressFn) -> torch.Tensor:
         """DPM-Solver++(2M) SDE with dynamic CFG; the CFG pair runs as one batch of two."""
