@@ -188,13 +188,18 @@ class Counted:
     pair: Forward
     vae: Forward
 
-    def turn(self, sampler: SamplerConfig, release_state_pass: bool = False) -> TurnWork:
-        state = self.state_release if release_state_pass else self.state_ours
+    def turn(self, sampler: SamplerConfig, release: bool = False) -> TurnWork:
+        """A turn under ``sampler`` as this code plays it, or (``release``) as the release does: its generated
+        state pass and the CFG pair at every step, where this code runs the conditional half alone at the steps
+        whose weight is exactly 1 even with the skip set to 0."""
+        state = self.state_release if release else self.state_ours
+        steps = sampler.num_steps
+        loop = [(self.unconditional, 1), (self.pair, steps)] if release else None
         return TurnWork(
             {
                 "state pass": [(forward, 1) for forward in state],
                 "representation pass": [(self.representation, 1)],
-                "denoise": denoise_work(sampler, self.unconditional, self.single, self.pair),
+                "denoise": loop or denoise_work(sampler, self.unconditional, self.single, self.pair),
                 "vae decode": [(self.vae, 1)],
             }
         )
@@ -216,7 +221,7 @@ def count(config: PipelineConfig, past_turns: int = 0, release_budget: int = REL
 def cuts(release: SamplerConfig) -> dict[str, SamplerConfig]:
     """The sampler cuts compared, each a setting away from the release's sampler."""
     return {
-        "ours, both halves at every step (skip set to 0)": release,
+        "ours with the skip set to 0 (alone where w is exactly 1)": release,
         "ours by default: skip the half where w - 1 <= 0.001": replace(release, skip_unconditional_below=1e-3),
         "skip the unconditional half, w - 1 <= 0.01": replace(release, skip_unconditional_below=1e-2),
         "30 steps": replace(release, num_steps=30),
@@ -237,7 +242,7 @@ def main() -> None:
 
     config = get_config(args.model)
     counted_forwards = count(config, args.history)
-    release = counted_forwards.turn(config.sampler, release_state_pass=True)
+    release = counted_forwards.turn(config.sampler, release=True)
     print(
         f"one turn of the {config.name} model, {config.num_frames} frames at {config.height}x{config.width}, "
         f"{args.history} past turns (TFLOP, counted on the meta device)\n"

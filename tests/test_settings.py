@@ -39,7 +39,7 @@ def test_shard_ids_that_cannot_work_are_refused_saying_why(
         settings(monkeypatch, **env)
 
 
-def test_the_step_cache_is_off_unless_a_threshold_is_set_and_a_worker_applies_it(
+def test_the_step_cache_is_off_unless_a_threshold_is_set_and_tune_sampler_applies_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from worker.pipeline.loading import load_pipeline, tune_sampler
@@ -52,3 +52,10 @@ def test_the_step_cache_is_off_unless_a_threshold_is_set_and_a_worker_applies_it
         return pipeline.config.sampler.step_cache_below
 
     assert [tuned(""), tuned("0.1"), tuned("0")] == [0.0, 0.1, 0.0]
+
+
+def test_the_unconditional_half_is_skipped_where_w_is_within_a_thousandth_of_1_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert settings(monkeypatch).skip_unconditional_below == 0.001
+    assert settings(monkeypatch, ANIMEGAMER_SKIP_UNCONDITIONAL_BELOW="0").skip_unconditional_below == 0.0

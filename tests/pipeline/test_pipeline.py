@@ -147,16 +147,6 @@ def test_without_guidance_one_conditional_pass_draws_the_latents_the_guided_pair
     assert not torch.allclose(denoised(0.0), denoised(6.0), atol=1e-3)
 
 
-def _frames(mp4: bytes):
-    import io
-
-    import av
-    import numpy as np
-
-    with av.open(io.BytesIO(mp4)) as container:
-        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]).astype(np.float64)
-
-
 @pytest.mark.slow  # three tiny turns of 50 steps
 def test_skipping_the_unconditional_half_where_w_is_within_a_thousandth_of_1_keeps_every_frame_above_35_db():
     """Tiny model, random weights (the toy model runs without CFG): 20 of the 50 steps have w - 1 <= 0.001, and

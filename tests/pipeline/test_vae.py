@@ -88,3 +88,15 @@ def test_a_3d_convolution_by_frames_equals_torch_s_with_stride_and_padding_in_sp
     expected = conv(x)
     assert conv3d_by_frames(conv) == 1
     assert torch.allclose(conv(x), expected, atol=1e-5)
+
+
+def test_in_bf16_a_3d_convolution_by_frames_rounds_about_as_torch_s_own_does() -> None:
+    """Each tap's 2D output is rounded to bf16 before the float32 sum (measured: 1.17x Conv3d's own error)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv3d(16, 16, 3, padding=(0, 1, 1))
+    x = torch.randn(1, 16, 5, 12, 16)
+    exact = conv(x)
+    native = conv.to(torch.bfloat16)(x.bfloat16()).float()
+    conv3d_by_frames(conv)
+    ours = conv(x.bfloat16()).float()
+    assert (ours - exact).abs().mean() <= 1.5 * (native - exact).abs().mean()
