@@ -43,15 +43,24 @@ pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL and Red
 PLAYERS = 6
 
 
-@pytest.fixture
-def fleet_database() -> Iterator[str]:
+@contextlib.contextmanager
+def database_at(revision: str) -> Iterator[str]:
+    """A PostgreSQL database of its own, migrated to ``revision``."""
     server = Postgres(POSTGRES_URL)
     if reason := server.unavailable():
         pytest.skip(reason)
     name = server.new_database()
-    upgrade(server.url_for(name))  # as the operator does (`animegamer db upgrade`) before starting the bots
-    yield server.url_for(name)
-    server.drop(name)
+    upgrade(server.url_for(name), revision)
+    try:
+        yield server.url_for(name)
+    finally:
+        server.drop(name)
+
+
+@pytest.fixture
+def fleet_database() -> Iterator[str]:
+    with database_at("head") as url:  # as the operator does (`animegamer db upgrade`) before starting the bots
+        yield url
 
 
 def clip_messages(double: DiscordDouble) -> dict[int, int]:
@@ -296,13 +305,8 @@ async def test_two_processes_on_shard_ranges_of_their_own_each_serve_their_serve
 @pytest.fixture
 def older_database() -> Iterator[str]:
     """A PostgreSQL database one revision behind the code, as before a deploy that brings a migration."""
-    server = Postgres(POSTGRES_URL)
-    if reason := server.unavailable():
-        pytest.skip(reason)
-    name = server.new_database()
-    upgrade(server.url_for(name), "0007")
-    yield server.url_for(name)
-    server.drop(name)
+    with database_at("0007") as url:
+        yield url
 
 
 async def test_two_bots_started_together_on_an_older_schema_migrate_it_once_and_both_play(
