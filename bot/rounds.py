@@ -117,6 +117,8 @@ class Rounds(Background):
                 await channel.get_partial_message(found.round.message_id).edit(content=text, view=view)
                 return
             message = await channel.send(text, view=view, nonce=f"aground{round_id}")
+            if message.content != text:  # folded into another process's earlier send, which showed fewer proposals
+                await message.edit(content=text, view=view)
         except discord.HTTPException as exc:
             log.warning("round %s: message not shown (%s); trying again", round_id, exc)
             self._changed.add(round_id)

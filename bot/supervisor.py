@@ -283,6 +283,8 @@ class Supervisor(Background):
         else:
             self.metrics.turn_ended("done")
             waited = (utcnow() - job.queued_at).total_seconds()
+            if job.started_at is None:  # it ran and ended between two ticks: its start is seen only now
+                log.info("job %s started (seen as it ended)", job.id)
             log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
         await self._forget(job)
         try:  # recorded: its bytes in Redis need not wait out their day (they expire anyway)
