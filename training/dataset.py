@@ -171,7 +171,7 @@ def split(world: ToyWorld, every: int = HELD_OUT_EVERY) -> tuple[tuple[Episode, 
     return training, held_out
 
 
-def _write_atomic(path: Path, data: bytes) -> FileRecord:
+def write_atomic(path: Path, data: bytes) -> FileRecord:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -223,7 +223,7 @@ def write_toyworld(
         name = f"episode_{index:05d}.npz"
         buffer = io.BytesIO()
         np.savez_compressed(buffer, frames=frames)
-        files[name] = _write_atomic(out / name, buffer.getvalue())
+        files[name] = write_atomic(out / name, buffer.getvalue())
         episode = {
             "id": name.removesuffix(".npz"),
             "file": name,
@@ -236,7 +236,7 @@ def write_toyworld(
         if progress is not None:
             progress(turns)
 
-    files[EPISODES] = _write_atomic(out / EPISODES, ("\n".join(lines) + "\n").encode())
+    files[EPISODES] = write_atomic(out / EPISODES, ("\n".join(lines) + "\n").encode())
     manifest = Manifest(
         version=VERSION,
         frames=size.frames,
@@ -248,7 +248,7 @@ def write_toyworld(
         clips=written,
         files=files,
     )
-    _write_atomic(out / MANIFEST, manifest.to_json().encode())
+    write_atomic(out / MANIFEST, manifest.to_json().encode())
     logger.info("wrote %d episodes, %d clips to %s", manifest.episodes, manifest.clips, out)
     return manifest
 
