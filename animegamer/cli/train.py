@@ -1,4 +1,5 @@
 """`animegamer train phase-a|phase-b|phase-c|all`: train on a toy-world folder; rerun the same command to resume.
+`animegamer train plan`: the memory each phase needs per GPU at the chosen sizes, batch and GPU count.
 
 ``--out`` is the run's folder: phase X works in ``OUT/phase_x`` and reads the earlier phases from there, and ``all``
 ends by writing ``OUT/model.safetensors``, the file ``ANIMEGAMER_MODEL=toy`` loads. Runs on one CPU as is and on
@@ -20,19 +21,19 @@ if TYPE_CHECKING:  # training imports torch: only when a command runs
     from training.config import ToyModelConfig, TrainConfig
     from training.loop import TrainResult
 
-PHASES = ("phase-a", "phase-b", "phase-c", "all")
+PHASES = ("phase-a", "phase-b", "phase-c", "all", "plan")
 HELP = (
     "phase-a: clip encoder + VAE + diffusion decoder by reconstruction; phase-b: the MLLM predicts representations "
     "and states; phase-c: the decoder adapts to the MLLM's predictions (left out of all: training.config.PHASE_C); "
-    "all: phases a and b, then the model file"
+    "all: phases a and b, then the model file; plan: memory per GPU for each phase, trains nothing"
 )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("train", help="train the toy-world model's phases", description=__doc__)
     parser.add_argument("phase", choices=PHASES, help=HELP)
-    parser.add_argument("--data", type=Path, required=True, help="a folder written by `animegamer data toyworld`")
-    parser.add_argument("--out", type=Path, required=True, help="the run's folder; resumed when it holds states")
+    parser.add_argument("--data", type=Path, help="a folder written by `animegamer data toyworld` (required to train)")
+    parser.add_argument("--out", type=Path, help="the run's folder; resumed when it holds states (required to train)")
     parser.add_argument(
         "--model", choices=("toy", "tiny"), default="toy", help="sizes: toy (the shipped model's) or tiny (tests)"
     )
@@ -51,10 +52,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--figure-weight", type=float, default=None, help="the character's latent cells weigh 1 + this in the loss"
     )
     single.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
+    plan = parser.add_argument_group("plan (training.plan)")
+    plan.add_argument("--sizes", choices=("full", "toy", "tiny"), default="full", help="model sizes (default full)")
+    plan.add_argument("--batch", type=positive, default=8, help="global batch: samples per optimizer step")
+    plan.add_argument("--gpus", default="1,2,4,8", help="GPU counts, comma-separated (default 1,2,4,8)")
+    plan.add_argument("--gpu-memory", default="24,48,80", help="GPU sizes in GB to check (default 24,48,80)")
+    plan.add_argument("--sharding", choices=("auto", "ddp", "fsdp"), default="auto", help="auto: DDP on one GPU")
+    plan.add_argument("--history", type=positive, default=5, help="phase b: turns in a window (default 5)")
+    plan.add_argument("--clips", type=positive, default=None, help="clips in the data set (default: --data's)")
     parser.set_defaults(run=run)
 
 
+def run_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from training.plan import table
+    from worker.pipeline.config import get_config, toy
+
+    try:
+        gpus = [int(part) for part in args.gpus.split(",")]
+        sizes = [float(part) for part in args.gpu_memory.split(",")]
+        if min(gpus) < 1 or min(sizes) <= 0:
+            raise ValueError
+    except ValueError:
+        print("--gpus and --gpu-memory take positive numbers, comma-separated, like 1,2,4,8", file=sys.stderr)
+        return 2
+    clips = args.clips
+    if clips is None and args.data is not None:
+        try:
+            clips = json.loads((args.data / "manifest.json").read_text())["clips"]
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"{args.data}/manifest.json cannot be read ({exc}); give --clips", file=sys.stderr)
+            return 1
+    config = toy() if args.sizes == "toy" else get_config(args.sizes)
+    print(table(config, args.batch, gpus, sizes, args.sharding, args.history, clips or 1000))
+    return 0
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.phase == "plan":
+        return run_plan(args)
+    if args.data is None or args.out is None:
+        print(f"`train {args.phase}` needs --data and --out", file=sys.stderr)
+        return 2
     from training.config import PHASE_C, RECIPE, ToyModelConfig
     from training.dataset import DatasetError
     from training.loop import CheckpointMismatchError
