@@ -1,4 +1,9 @@
-"""A trained decoder written in the release's layout, so that the release's own code and ours both read it.
+"""A trained character written in the release's layout, so that the release's own code and ours both read it.
+
+``export_character`` writes both halves under a checkpoint root, beside the published characters, over the one
+Mistral base they share: a worker with ``ANIMEGAMER_CHARACTERS=Qiqi,Sosuke,<Name>`` then serves it.
+
+**The decoder.**
 
 ``VDM_Decoder-<Name>/latest`` names the step, and ``<step>/mp_rank_00_model_states.pt`` holds ``{'module': state}``
 as SAT's DeepSpeed save writes it (ANIMEGAMER.md): DiT keys under ``model.diffusion_model.``, the attention's q, k
@@ -9,17 +14,30 @@ the scale 1 / r (lora_alpha 1). The decoder comes as the phases train it: our mo
 
 The names are written by walking the module attribute by attribute, independently of the loader's rule tables
 (``worker.pipeline.checkpoints.decoder``), so that the tests' round trip through the loader checks both.
+
+**The MLLM.** ``MLLM-<Name>/pytorch_model.bin`` is the state dict of the release's wrapper around a peft-wrapped
+Mistral (``worker/pipeline/checkpoints/mllm.py`` spells its names out), holding what training changed, as a
+trainer saving its trained tensors writes it: the LoRA pairs, the norms as peft's ``modules_to_save`` copies, the
+input and output embeddings in full (base rows and added rows), and both resamplers under ``proj``. The frozen
+base is not written: it is the shared Mistral directory's, which training started from. The release applies
+LoRA at alpha / r with alpha 32 (``mistral-7b.yaml``; the file cannot say otherwise), so B carries any other scale.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from worker.pipeline.checkpoints.layout import CheckpointLayout
+
 DIT = "model.diffusion_model."
 MODEL_STATES = "mp_rank_00_model_states.pt"
+LLM = "llm.base_model.model."  # PeftModelForCausalLM.base_model (LoraModel).model (MistralForCausalLM)
+RELEASE_MLLM_ALPHA = 32.0
+EMBEDDINGS = ("model.embed_tokens.weight", "lm_head.weight")
 
 
 class ExportError(ValueError):
@@ -119,11 +137,49 @@ def save_release_decoder(
     """``<directory>/<step>/mp_rank_00_model_states.pt``, then ``<directory>/latest``: the step is named only once
     its file is whole, so a stopped export never points ``latest`` at half a file."""
     file = Path(directory) / str(step) / MODEL_STATES
-    file.parent.mkdir(parents=True, exist_ok=True)
-    partial = file.with_name(file.name + ".partial")
-    torch.save({"module": module_state, "iteration": step, **(client_state or {})}, partial)
-    partial.replace(file)
+    _save_whole({"module": module_state, "iteration": step, **(client_state or {})}, file)
     latest = Path(directory) / "latest"
     latest.with_name("latest.partial").write_text(str(step))
     latest.with_name("latest.partial").replace(latest)
     return file
+
+
+def mllm_release_state(mllm: nn.Module) -> dict[str, torch.Tensor]:
+    """The release wrapper's state dict for what training changed in ``mllm`` (our AnimeGamerMLLM, with peft's
+    LoRA injected into its ``llm``)."""
+    state: dict[str, torch.Tensor] = {}
+    pairs = 0
+    for name, param in mllm.named_parameters():
+        head, _, local = name.partition(".")
+        if head in ("input_resampler", "output_resampler"):
+            state[f"{head}.proj.{local}"] = param
+        elif head != "llm":
+            raise ExportError(f"{name} has no place in the release's MLLM file")
+        elif ".lora_A.default." in local or ".lora_B.default." in local:
+            layer = mllm.llm.get_submodule(local.split(".lora_")[0])
+            factor = layer.scaling["default"] * layer.r["default"] / RELEASE_MLLM_ALPHA
+            state[LLM + local] = param * factor if ".lora_B." in local else param
+            pairs += 1
+        elif local.endswith("norm.weight"):  # the trained RMSNorm copies
+            state[LLM + local.removesuffix("weight") + "modules_to_save.default.weight"] = param
+        elif local in EMBEDDINGS:
+            state[LLM + local] = param
+        # anything else is a frozen base weight: the shared Mistral directory's
+    if not pairs:
+        raise ExportError("the MLLM has no LoRA; inject training.plan.MLLM_LORA into its llm first")
+    return {key: tensor.detach().to("cpu", copy=True).contiguous() for key, tensor in state.items()}
+
+
+def _save_whole(value: object, file: Path) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    partial = file.with_name(file.name + ".partial")
+    torch.save(value, partial)
+    os.replace(partial, file)
+
+
+def export_character(root: Path, name: str, mllm: nn.Module, decoder: nn.Module, step: int) -> CheckpointLayout:
+    """Both halves of a trained character under ``root`` in the release's layout; the decoder's ``latest`` last."""
+    layout = CheckpointLayout(Path(root), name)
+    _save_whole(mllm_release_state(mllm), layout.mllm_file)
+    save_release_decoder(decoder_release_state(decoder), layout.decoder_dir, step)
+    return layout
