@@ -1,0 +1,83 @@
+"""Phase (b) for the published architecture, at the tiny sizes: the MLLM learns given representations and states.
+
+The targets here are fixed random representations (phase (a), which makes them from clips, is not built for the
+published architecture yet): what is tested is that this phase's losses, history windows and trained parts work
+through the shared run loop, and that what it trains is what the planner counts and the exporter writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from game.state import StateDeltas
+from training.character_phase_b import RepresentationAndStates, Turn, answer_ids, trainable
+from training.config import TrainConfig
+from training.loop import train
+from worker.pipeline.config import get_config
+from worker.pipeline.mllm import parse_states
+from worker.pipeline.pipeline import AnimeGamerPipeline
+
+LINES = [
+    "Character: Mika; Motion: quickly run; Background: day beach.",
+    "Character: Mika; Motion: sit on the sand; Background: sunset beach.",
+    "Character: Mika; Motion: happily read a book; Background: room.",
+]
+
+
+def windows(n_query: int, width: int) -> list[list[Turn]]:
+    """Two episodes of three turns; every turn with its earlier ones, so windows of 1, 2 and 3 turns. Each line's
+    representation is one random vector at every position, the same in both episodes: learnable from the prompt."""
+    g = torch.Generator().manual_seed(0)
+    vectors = torch.randn(len(LINES), 1, width, generator=g)
+    episodes = []
+    for episode in range(2):
+        turns = [
+            Turn(
+                instruction=line,
+                deltas=StateDeltas(motion=3 - i, social=episode - 1, entertainment=i, stamina=-i - episode),
+                representation=vectors[i].expand(n_query, width),
+            )
+            for i, line in enumerate(LINES)
+        ]
+        episodes.append(turns)
+    return [turns[: end + 1] for turns in episodes for end in range(len(turns))]
+
+
+@pytest.fixture(scope="module")
+def tiny_mllm():
+    pipe = AnimeGamerPipeline.random_weights(get_config("tiny"))
+    trainable(pipe.mllm)
+    return pipe
+
+
+def test_the_answer_is_the_state_tokens_the_release_writes(tiny_mllm) -> None:
+    deltas = StateDeltas(motion=-5, social=0, entertainment=4, stamina=5)
+    ids = answer_ids(tiny_mllm.tokenizer, deltas)
+    assert len(ids) == 11
+    prompt_end = [tiny_mllm.tokenizer.token_id("<ML>")]
+    assert parse_states(prompt_end + ids, tiny_mllm.tokenizer) == deltas
+
+
+def test_only_the_adapters_norms_resamplers_and_embeddings_train(tiny_mllm) -> None:
+    trained = {name for name, p in tiny_mllm.mllm.named_parameters() if p.requires_grad}
+    assert any(".lora_A." in name for name in trained) and any("resampler" in name for name in trained)
+    frozen = [name for name, p in tiny_mllm.mllm.named_parameters() if not p.requires_grad]
+    assert frozen and all(name.endswith("base_layer.weight") for name in frozen)
+
+
+def test_both_losses_fall_over_windows_of_one_to_three_turns(tiny_mllm, tmp_path: Path) -> None:
+    data = windows(tiny_mllm.config.num_query_tokens, tiny_mllm.config.decoder.hidden_size)
+    model = RepresentationAndStates(tiny_mllm.mllm, tiny_mllm.tokenizer, regression_weight=5.0)
+    with torch.no_grad():
+        before = [model.losses(window) for window in data]
+    config = TrainConfig(steps=40, batch_size=2, learning_rate=3e-3, eval_every=0, checkpoint_every=0)
+    result, trained, _ = train(model, data, None, list, config, tmp_path / "b", {"sizes": "tiny"})
+    assert result.step == 40 and len(result.losses) == 40
+    with torch.no_grad():
+        after = [trained.losses(window) for window in data]
+    for kind in (0, 1):  # regression, then the answer's cross-entropy
+        first, last = (sum(float(pair[kind]) for pair in run) for run in (before, after))
+        assert last < 0.7 * first, (kind, first, last)

@@ -1,0 +1,101 @@
+"""Phase (b) for the published architecture: the MLLM learns a character's representations and state changes.
+
+What trains (``training.plan`` counts the same): peft's LoRA (``MLLM_LORA``: r=32 on q, k, v, o, gate, up, down),
+the RMSNorms, both resamplers, and the embeddings (the added tokens' rows are the ones that matter; the release
+trains both embedding matrices in full, and its file holds them so). The Mistral base stays frozen, so a trained
+character is served on the one shared base (``training.release_export``).
+
+One sample is a window of 1..5 turns of an episode, the release's history: the prompt holds the earlier turns
+with their instructions, state changes and representations (through the input resampler), then the current turn
+up to ``<ML>``, then its answer ``<Strength_ML></ML><SC>...<Strength_ST></ST>``. Two losses, as the release's
+model is trained (paper, section 3): the representation read at the prompt's last N positions (where inference
+reads it, ``AnimeGamerMLLM.predict_representation``) regressed onto the target by MSE, and next-token
+cross-entropy on the answer's tokens. Samples differ in length, so each runs alone and a batch is their mean.
+
+The targets are the clip encoder's representations of each clip (phase (a)), given as a tensor per clip; the run
+loop is the one every phase shares (``training.loop``: accelerate, resumable, losses logged per step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from game.contract import HistoryTurn
+from game.state import StateDeltas
+from worker.pipeline.mllm import STATE_TAGS, AnimeGamerMLLM, frame_attention_mask
+from worker.pipeline.prompt import build_prompt
+from worker.pipeline.tokenizer import STRENGTH_MIN, AnimeGamerTokenizer
+
+CLOSING = ("</ML>", "</SC>", "</ET>", "</ST>")
+
+
+@dataclass(frozen=True)
+class Turn:
+    instruction: str
+    deltas: StateDeltas
+    representation: torch.Tensor  # (N, D): the clip encoder's representation of this turn's clip
+
+
+def answer_ids(tokenizer: AnimeGamerTokenizer, deltas: StateDeltas) -> list[int]:
+    """The state answer after the prompt's ``<ML>``: ``<Strength_ML></ML><SC><Strength_SC></SC>...</ST>``."""
+    values = (deltas.motion, deltas.social, deltas.entertainment, deltas.stamina)
+    ids: list[int] = []
+    for slot, value in enumerate(values):
+        if slot:
+            ids.append(tokenizer.token_id(STATE_TAGS[slot]))
+        ids += [tokenizer.strength_ids[value - STRENGTH_MIN], tokenizer.token_id(CLOSING[slot])]
+    return ids
+
+
+class RepresentationAndStates(nn.Module):
+    """The MLLM with the loss of phase (b); ``forward(batch, generator)`` as ``training.loop`` calls it."""
+
+    def __init__(self, mllm: AnimeGamerMLLM, tokenizer: AnimeGamerTokenizer, regression_weight: float = 1.0) -> None:
+        super().__init__()
+        self.mllm = mllm
+        self.tokenizer = tokenizer
+        self.regression_weight = regression_weight
+
+    def losses(self, window: Sequence[Turn]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(representation MSE, answer cross-entropy) of the window's last turn, its earlier turns as history."""
+        mllm, n = self.mllm, self.mllm.num_query_tokens
+        *past, now = window
+        history = [HistoryTurn(instruction=t.instruction, representation=b"", deltas=t.deltas) for t in past]
+        prompt = build_prompt(self.tokenizer, now.instruction, history, n)
+        embeds = mllm.embed_prompt(prompt, [t.representation for t in past])  # (1, P, H)
+        answer = torch.tensor([answer_ids(self.tokenizer, now.deltas)], device=mllm.device)  # (1, A)
+        embeds = torch.cat([embeds, mllm.llm.get_input_embeddings()(answer)], dim=1)  # (1, P + A, H)
+        length, prompt_length = embeds.shape[1], len(prompt.ids)
+        mask = frame_attention_mask(length, prompt.frame_spans, embeds.dtype, embeds.device)
+        hidden = mllm.llm.model(inputs_embeds=embeds, attention_mask=mask, use_cache=False).last_hidden_state
+        predicted = mllm.output_resampler(hidden[:, prompt_length - n : prompt_length])  # (1, N, D)
+        target = now.representation.to(predicted.device, predicted.dtype)[None]
+        regression = F.mse_loss(predicted.float(), target.float())
+        logits = mllm.llm.lm_head(hidden[:, prompt_length - 1 : length - 1])  # each answer token from the one before
+        states = F.cross_entropy(logits.float().flatten(0, 1), answer.flatten())
+        return regression, states
+
+    def forward(self, batch: Sequence[Sequence[Turn]], generator: torch.Generator | None = None) -> torch.Tensor:
+        total = torch.zeros((), device=self.mllm.device)
+        for window in batch:
+            regression, states = self.losses(window)
+            total = total + self.regression_weight * regression + states
+        return total / len(batch)
+
+
+def trainable(mllm: AnimeGamerMLLM) -> None:
+    """peft's LoRA into the llm, and what else phase (b) trains; everything else frozen."""
+    from peft import inject_adapter_in_model
+
+    from training.plan import MLLM_LORA
+
+    inject_adapter_in_model(MLLM_LORA, mllm.llm)
+    for name, param in mllm.named_parameters():
+        param.requires_grad_(
+            "lora_" in name or "norm" in name or "resampler" in name or "embed_tokens" in name or "lm_head" in name
+        )
