@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from game.contract import HistoryTurn
@@ -32,6 +33,13 @@ from worker.pipeline.prompt import build_prompt
 from worker.pipeline.tokenizer import STRENGTH_MIN, AnimeGamerTokenizer
 
 CLOSING = ("</ML>", "</SC>", "</ET>", "</ST>")
+# The release's mistral-7b.yaml: r 32, alpha 32, dropout 0.05 on every projection of every layer
+MLLM_LORA = LoraConfig(
+    r=32,
+    lora_alpha=32,
+    lora_dropout=0.05,
+    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+)
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,6 @@ class RepresentationAndStates(nn.Module):
 
 def trainable(mllm: AnimeGamerMLLM) -> None:
     """peft's LoRA into the llm, and what else phase (b) trains; everything else frozen."""
-    from peft import inject_adapter_in_model
-
-    from training.plan import MLLM_LORA
-
     inject_adapter_in_model(MLLM_LORA, mllm.llm)
     for name, param in mllm.named_parameters():
         param.requires_grad_(

@@ -16,8 +16,9 @@ What each phase trains, at the published sizes (ANIMEGAMER.md; docs/own-characte
   trained part: the text and image projections (4096 -> 1920 and 768 -> 1920, with their norms) that turn the
   clip's frozen T5 and OpenCLIP features into the 226-token representation. The frozen encoders (T5, OpenCLIP, the
   VAE's encoder) run once over the data set before training: features and latents are read from disk.
-- (b) the MLLM: LoRA r=32 on q, k, v, o, gate, up, down of every layer, its RMSNorms, the added tokens' rows of the
-  input and output embeddings, and both resamplers; one sample is a history window of turns.
+- (b) the MLLM: LoRA r=32 on q, k, v, o, gate, up, down of every layer, its RMSNorms, the input and output
+  embeddings (in full, as the release trains them: the added tokens' rows are the ones that matter), and both
+  resamplers; one sample is a history window of turns.
 - (c) the decoder again, on the MLLM's own predicted representations (made once by phase (b)'s model): its LoRA and
   the motion-scope embedding.
 
@@ -38,11 +39,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from game.contract import HistoryTurn
 from game.state import StateDeltas
+from training.character_decoder import trainable_decoder
+from training.character_phase_b import trainable
 from worker.pipeline.config import PipelineConfig
 from worker.pipeline.mllm import frame_attention_mask
 from worker.pipeline.prompt import build_prompt
@@ -50,14 +52,6 @@ from worker.pipeline.prompt import build_prompt
 PHASES = ("a", "b", "c")
 GIB = 1024**3
 RESERVE_BYTES = int(2.5 * GIB)  # CUDA context (~0.5 GiB), NCCL buffers, allocator fragmentation
-DECODER_LORA = LoraConfig(r=64, lora_alpha=1, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
-MLLM_LORA = LoraConfig(
-    r=32,
-    lora_alpha=32,
-    lora_dropout=0.05,
-    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-)
-BASE_VOCAB = 32_000  # Mistral's own rows; the rows above are the tokens AnimeGamer added (ANIMEGAMER.md)
 META: dict[str, Any] = {"device": "meta", "dtype": torch.bfloat16}
 PLAN_LINE = "Character: Mika; Motion: quickly run; Background: day beach."
 
@@ -217,11 +211,6 @@ def saved_bytes(
 # The phases' modules and one sample each
 
 
-def _trainable(module: nn.Module, names: Callable[[str], bool]) -> None:
-    for name, parameter in module.named_parameters():
-        parameter.requires_grad_(names(name))
-
-
 def _counts(modules: list[nn.Module]) -> tuple[int, int]:
     trained = frozen = 0
     for module in modules:
@@ -239,11 +228,7 @@ def _largest(blocks: list[nn.Module]) -> int:
 
 def decoder_phase(config: PipelineConfig, phase: str) -> PhaseModel:
     """Phase (a) or (c): the decoder with its LoRA, one sample of 17 frames' latents at the config's size."""
-    decoder = _meta_pipeline(config).decoder
-    inject_adapter_in_model(DECODER_LORA, decoder)
-    encoder_parts = ("text_proj", "text_norm", "ip_proj", "ip_norm")
-    trained_parts = ("lora_", "flow_embedding", *(encoder_parts if phase == "a" else ()))
-    _trainable(decoder, lambda name: any(part in name for part in trained_parts))
+    decoder = trainable_decoder(_meta_pipeline(config).decoder, phase)
     cfg, dec = config, config.decoder
     meta = META
     latents = torch.empty(1, cfg.latent_frames, dec.latent_channels, cfg.latent_height, cfg.latent_width, **meta)
@@ -274,10 +259,7 @@ def mllm_phase(config: PipelineConfig, history: int) -> PhaseModel:
     """Phase (b): the MLLM with its LoRA, one sample a window of ``history`` turns (the last one predicted)."""
     pipe = _meta_pipeline(config)
     mllm, llm = pipe.mllm, pipe.mllm.llm
-    inject_adapter_in_model(MLLM_LORA, llm)
-    _trainable(mllm, lambda name: "lora_" in name or "norm" in name or "resampler" in name)
-    vocab, hidden = llm.config.vocab_size, llm.config.hidden_size
-    added = max(0, vocab - BASE_VOCAB)  # tiny sizes have a small base vocabulary: no added rows counted
+    trainable(mllm)
     zero = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
     past = [HistoryTurn(instruction=PLAN_LINE, representation=b"", deltas=zero) for _ in range(history - 1)]
     prompt = build_prompt(pipe.tokenizer, PLAN_LINE, past, config.num_query_tokens)
@@ -286,7 +268,6 @@ def mllm_phase(config: PipelineConfig, history: int) -> PhaseModel:
     rep_shape = (config.num_query_tokens, config.decoder.hidden_size)
 
     def run() -> None:
-        # The added rows' gradient keeps only the token ids: nothing to count for them here.
         embeds = llm.get_input_embeddings()(torch.zeros(1, length, dtype=torch.long, device="meta"))
         spans = prompt.history_frame_spans
         pieces, at = [], 0
@@ -304,7 +285,6 @@ def mllm_phase(config: PipelineConfig, history: int) -> PhaseModel:
     blocks = list(llm.model.layers)
     unchecked, checked = saved_bytes(run, blocks, mllm.parameters())
     trained, frozen = _counts([mllm])
-    trained, frozen = trained + 2 * added * hidden, frozen - 2 * added * hidden  # rows of embed and lm_head
     return PhaseModel("b", trained, frozen, _largest(blocks), checked, unchecked, length)
 
 

@@ -10,7 +10,7 @@ as SAT's DeepSpeed save writes it (ANIMEGAMER.md): DiT keys under ``model.diffus
 and v as one fused ``query_key_value`` (rows q; k; v), and the LoRA as SAT's lora2 holds it: the frozen
 ``original`` weight beside ``matrix_A.i`` (r x in) and ``matrix_B.i`` (out x r) for each partition, applied with
 the scale 1 / r (lora_alpha 1). The decoder comes as the phases train it: our module with peft's LoRA on
-``to_q``, ``to_k``, ``to_v`` and ``to_out.0`` (``training.plan.DECODER_LORA``, whose scale is the same 1 / r).
+``to_q``, ``to_k``, ``to_v`` and ``to_out.0`` (``training.character_decoder.DECODER_LORA``, the same 1 / r).
 
 The names are written by walking the module attribute by attribute, independently of the loader's rule tables
 (``worker.pipeline.checkpoints.decoder``), so that the tests' round trip through the loader checks both.
@@ -79,7 +79,9 @@ def _lora(state: NamedState, name: str, layers: list[nn.Module]) -> None:
     for i, layer in enumerate(layers):
         base = getattr(layer, "base_layer", None)
         if base is None or "default" not in getattr(layer, "lora_A", {}):
-            raise ExportError(f"{name}: the decoder has no LoRA here; inject training.plan.DECODER_LORA first")
+            raise ExportError(
+                f"{name}: the decoder has no LoRA here; inject training.character_decoder.DECODER_LORA first"
+            )
         lora_a, lora_b = layer.lora_A["default"].weight, layer.lora_B["default"].weight  # (r, in), (out, r)
         rank = lora_a.shape[0]
         # SAT applies B @ A / r; peft applies B @ A * scaling: B carries the difference (none for lora_alpha 1).
@@ -166,7 +168,7 @@ def mllm_release_state(mllm: nn.Module) -> dict[str, torch.Tensor]:
             state[LLM + local] = param
         # anything else is a frozen base weight: the shared Mistral directory's
     if not pairs:
-        raise ExportError("the MLLM has no LoRA; inject training.plan.MLLM_LORA into its llm first")
+        raise ExportError("the MLLM has no LoRA; inject training.character_phase_b.MLLM_LORA into its llm first")
     return {key: tensor.detach().to("cpu", copy=True).contiguous() for key, tensor in state.items()}
 
 

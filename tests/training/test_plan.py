@@ -29,13 +29,13 @@ def test_the_decoder_phases_train_its_lora_and_motion_embedding_and_phase_a_the_
     assert published["a"].trained == lora + flow + projections
 
 
-def test_the_mllm_phase_trains_its_lora_norms_added_rows_and_resamplers(published) -> None:
+def test_the_mllm_phase_trains_its_lora_norms_embeddings_and_resamplers(published) -> None:
     per_layer = 32 * ((4096 + 4096) * 2 + (4096 + 1024) * 2 + 3 * (4096 + 14336))  # r=32 on the 7 projections
     norms = 32 * 2 * 4096 + 4096
     resamplers = (1920 * 4096 + 4096 + 4096 * 4096 + 4096) + (4096 * 1920 + 1920 + 1920 * 1920 + 1920)
-    added_rows = 2 * (32_284 - 32_000) * 4096  # the added tokens' rows of the input and output embeddings
-    assert published["b"].trained == 32 * per_layer + norms + resamplers + added_rows
-    mistral = 7_241_732_096 + added_rows  # Mistral-7B's parameters with the added tokens' rows
+    embeddings = 2 * 32_284 * 4096  # input and output, in full, as the release trains them
+    assert published["b"].trained == 32 * per_layer + norms + resamplers + embeddings
+    mistral = 7_241_732_096 + 2 * (32_284 - 32_000) * 4096  # Mistral-7B's parameters with the added tokens' rows
     assert published["b"].trained + published["b"].frozen == mistral + 32 * per_layer + resamplers
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from peft import LoraConfig, inject_adapter_in_model
 
-from training.plan import DECODER_LORA
+from training.character_decoder import DECODER_LORA
 from training.release_export import ExportError, decoder_release_state, save_release_decoder
 from worker.pipeline.checkpoints.decoder import load_decoder
 from worker.pipeline.config import tiny
@@ -79,7 +79,7 @@ def beside_qiqi(tmp_path_factory: pytest.TempPathFactory):
     from safetensors.torch import load_file
 
     from tests.checkpoints.release_tree import write_tiny_release
-    from training.plan import MLLM_LORA
+    from training.character_phase_b import MLLM_LORA
     from worker.pipeline.mllm import AnimeGamerMLLM
 
     release = write_tiny_release(tmp_path_factory.mktemp("tree"), ("Qiqi",))
