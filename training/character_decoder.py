@@ -30,14 +30,17 @@ CLIP_PROJECTIONS = ("text_proj", "text_norm", "ip_proj", "ip_norm")
 DECODER_LORA = LoraConfig(r=64, lora_alpha=1, target_modules=["to_q", "to_k", "to_v", "to_out.0"])
 
 
-def trainable_decoder(decoder: AnimeGamerDecoder, phase: str) -> AnimeGamerDecoder:
-    """peft's LoRA into ``decoder``, and what else ``phase`` ("a" or "c") trains; everything else frozen."""
+def trainable_decoder(decoder: AnimeGamerDecoder, phase: str, checkpointing: bool = True) -> AnimeGamerDecoder:
+    """peft's LoRA into ``decoder``, and what else ``phase`` ("a" or "c") trains; everything else frozen. With
+    ``checkpointing`` each block keeps only its inputs for the backward pass (what ``training.plan`` counts)."""
     if phase not in ("a", "c"):
         raise ValueError(f"the decoder trains in phases a and c, not {phase!r}")
     inject_adapter_in_model(DECODER_LORA, decoder)
     parts = ("lora_", "flow_embedding", *(CLIP_PROJECTIONS if phase == "a" else ()))
     for name, param in decoder.named_parameters():
         param.requires_grad_(any(part in name for part in parts))
+    if checkpointing:
+        decoder.enable_gradient_checkpointing()
     return decoder
 
 

@@ -96,9 +96,12 @@ class RepresentationAndStates(nn.Module):
         return total / len(batch)
 
 
-def trainable(mllm: AnimeGamerMLLM) -> None:
-    """peft's LoRA into the llm, and what else phase (b) trains; everything else frozen."""
+def trainable(mllm: AnimeGamerMLLM, checkpointing: bool = True) -> None:
+    """peft's LoRA into the llm, and what else phase (b) trains; everything else frozen. With ``checkpointing``
+    each layer keeps only its inputs for the backward pass while training (what ``training.plan`` counts)."""
     inject_adapter_in_model(MLLM_LORA, mllm.llm)
+    if checkpointing:
+        mllm.llm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     for name, param in mllm.named_parameters():
         param.requires_grad_(
             "lora_" in name or "norm" in name or "resampler" in name or "embed_tokens" in name or "lm_head" in name

@@ -39,6 +39,7 @@ class TrainConfig:
     no_history: float = 0.0
     own_history: float = 0.0
     regression_weight: float = 1.0  # phase (b): the representation's MSE against the states' cross-entropy
+    mixed_precision: str = "no"  # accelerate's: "bf16" runs the forward under autocast, trained weights kept fp32
 
     def learning_rate_at(self, step: int) -> float:
         """The rate of optimiser step ``step`` (1-based): a pure function of the step, so a resumed run keeps it."""

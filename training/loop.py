@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -152,7 +153,10 @@ def train(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    accelerator = Accelerator()
+    # accelerate keeps one AcceleratorState a process and refuses a second precision: a process that trains phases
+    # one after another (`train all`, the tests) lets each choose its own. The distributed state is kept.
+    AcceleratorState._reset_state()
+    accelerator = Accelerator(mixed_precision=config.mixed_precision)
     set_seed(config.seed)
 
     # 1. Resume point; refuse a state of other sizes before touching it

@@ -228,7 +228,7 @@ def _largest(blocks: list[nn.Module]) -> int:
 
 def decoder_phase(config: PipelineConfig, phase: str) -> PhaseModel:
     """Phase (a) or (c): the decoder with its LoRA, one sample of 17 frames' latents at the config's size."""
-    decoder = trainable_decoder(_meta_pipeline(config).decoder, phase)
+    decoder = trainable_decoder(_meta_pipeline(config).decoder, phase, checkpointing=False)  # counted, not run
     cfg, dec = config, config.decoder
     meta = META
     latents = torch.empty(1, cfg.latent_frames, dec.latent_channels, cfg.latent_height, cfg.latent_width, **meta)
@@ -259,7 +259,7 @@ def mllm_phase(config: PipelineConfig, history: int) -> PhaseModel:
     """Phase (b): the MLLM with its LoRA, one sample a window of ``history`` turns (the last one predicted)."""
     pipe = _meta_pipeline(config)
     mllm, llm = pipe.mllm, pipe.mllm.llm
-    trainable(mllm)
+    trainable(mllm, checkpointing=False)  # counted by saved_bytes, not run
     zero = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
     past = [HistoryTurn(instruction=PLAN_LINE, representation=b"", deltas=zero) for _ in range(history - 1)]
     prompt = build_prompt(pipe.tokenizer, PLAN_LINE, past, config.num_query_tokens)

@@ -7,6 +7,7 @@ run loop.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,35 @@ def test_the_v_prediction_loss_falls(phase: str, tmp_path: Path) -> None:
     assert result.step == 60
     after = mean_loss(trained, data)
     assert after < 0.9 * before, (before, after)
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients() -> None:
+    torch.manual_seed(0)
+    base = AnimeGamerDecoder.from_pipeline_config(CFG.decoder)
+    kept, recomputed = (
+        DecoderPhase(trainable_decoder(copy.deepcopy(base), "c", checkpointing=on)) for on in (False, True)
+    )
+    recomputed.load_state_dict(kept.state_dict())  # the same LoRA draw in both
+    batch = stack(samples("c", 2))
+    losses = []
+    for model in (kept, recomputed):
+        model.train()
+        loss = model(batch, torch.Generator().manual_seed(3))
+        loss.backward()
+        losses.append(loss.detach())
+    assert recomputed.decoder.gradient_checkpointing and not kept.decoder.gradient_checkpointing
+    torch.testing.assert_close(losses[0], losses[1])
+    for (name, a), (_, b) in zip(kept.named_parameters(), recomputed.named_parameters(), strict=True):
+        if a.requires_grad:
+            torch.testing.assert_close(a.grad, b.grad, msg=name)
+
+
+def test_a_phase_runs_in_bf16_autocast_with_its_trained_weights_kept_in_float32(tmp_path: Path) -> None:
+    model = DecoderPhase(decoder("c"))
+    seen: set[torch.dtype] = set()
+    model.decoder.transformer_blocks[0].ff.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    config = TrainConfig(steps=2, batch_size=2, eval_every=0, checkpoint_every=0, mixed_precision="bf16")
+    result, trained, _ = train(model, samples("c"), None, stack, config, tmp_path / "bf16", {"phase": "c"})
+    assert seen == {torch.bfloat16}  # the blocks ran in bf16
+    assert len(result.losses) == 2 and all(torch.isfinite(torch.tensor(v)) for v in result.losses.values())
+    assert {p.dtype for p in trained.parameters() if p.requires_grad} == {torch.float32}

@@ -81,3 +81,26 @@ def test_both_losses_fall_over_windows_of_one_to_three_turns(tiny_mllm, tmp_path
     for kind in (0, 1):  # regression, then the answer's cross-entropy
         first, last = (sum(float(pair[kind]) for pair in run) for run in (before, after))
         assert last < 0.7 * first, (kind, first, last)
+
+
+def test_gradient_checkpointing_gives_the_same_losses_and_gradients() -> None:
+    pipes = [AnimeGamerPipeline.random_weights(get_config("tiny")) for _ in range(2)]
+    for pipe, on in zip(pipes, (False, True), strict=True):
+        trainable(pipe.mllm, checkpointing=on)
+    pipes[1].mllm.load_state_dict(pipes[0].mllm.state_dict())  # the same LoRA draw in both
+    window = windows(pipes[0].config.num_query_tokens, pipes[0].config.decoder.hidden_size)[2]
+    losses = []
+    for pipe in pipes:
+        model = RepresentationAndStates(pipe.mllm, pipe.tokenizer).train()  # checkpointing needs training mode
+        for module in pipe.mllm.modules():  # no LoRA dropout, so the two runs compare
+            if isinstance(module, torch.nn.Dropout):
+                module.eval()
+        regression, states = model.losses(window)
+        (regression + states).backward()
+        losses.append((regression.detach(), states.detach()))
+    assert pipes[1].mllm.llm.is_activation_checkpointing and not pipes[0].mllm.llm.is_activation_checkpointing
+    torch.testing.assert_close(losses[0], losses[1])
+    named = [dict(pipe.mllm.named_parameters()) for pipe in pipes]
+    for name, param in named[0].items():
+        if param.requires_grad:
+            torch.testing.assert_close(param.grad, named[1][name].grad, msg=name)

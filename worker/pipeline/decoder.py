@@ -82,6 +82,7 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
     """
 
     _no_split_modules: ClassVar[list[str]] = ["CogVideoXBlock"]
+    _supports_gradient_checkpointing = True  # training (training/character_decoder.py): one block kept at a time
 
     @register_to_config
     def __init__(
@@ -153,6 +154,7 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
 
         # Position tables depend on the latent size actually used; built on first use, never saved.
         self._pos_embed_cache: dict[tuple[int, int, int, torch.device], torch.Tensor] = {}
+        self.gradient_checkpointing = False  # enable_gradient_checkpointing() turns it on for training
 
     @classmethod
     def from_pipeline_config(cls, cfg: DecoderConfig) -> AnimeGamerDecoder:
@@ -217,6 +219,15 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
                     f"{name} must have shape ({batch},), one value per batch item, got {tuple(value.shape)}"
                 )
 
+    def _block(
+        self, block: nn.Module, video: torch.Tensor, cond: torch.Tensor, emb: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One block; when training with gradient checkpointing, its activations are recomputed in the backward
+        pass instead of kept (its inputs are all it keeps)."""
+        if self.gradient_checkpointing and torch.is_grad_enabled():
+            return self._gradient_checkpointing_func(block, video, cond, emb)
+        return block(hidden_states=video, encoder_hidden_states=cond, temb=emb)
+
     def forward(
         self,
         latents: torch.Tensor,
@@ -260,14 +271,14 @@ class AnimeGamerDecoder(ModelMixin, ConfigMixin):
         # after the first may add the residual they added at an earlier step instead (step_cache.py)
         first, *rest = self.transformer_blocks
         before = video
-        video, cond = first(hidden_states=video, encoder_hidden_states=cond, temb=emb)
+        video, cond = self._block(first, video, cond, emb)
         if cache is not None and cache.reusable(video - before):
             video, cond = video + cache.rest_video, cond + cache.rest_condition
             cache.reused += 1
         else:
             after_first, cond_after_first = video, cond
             for block in rest:
-                video, cond = block(hidden_states=video, encoder_hidden_states=cond, temb=emb)
+                video, cond = self._block(block, video, cond, emb)
             if cache is not None:
                 cache.store(after_first - before, video - after_first, cond - cond_after_first)
 
