@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import set_seed
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
@@ -156,7 +156,15 @@ def train(
     # accelerate keeps one AcceleratorState a process and refuses a second precision: a process that trains phases
     # one after another (`train all`, the tests) lets each choose its own. The distributed state is kept.
     AcceleratorState._reset_state()
-    accelerator = Accelerator(mixed_precision=config.mixed_precision)
+    accelerator = Accelerator(
+        mixed_precision=config.mixed_precision,
+        # Each step's batch is drawn whole (batch_size x processes) and split among the processes: N processes take
+        # the same steps over the same clips as one process with N times the batch, and resume at the same step.
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+        # A phase need not use every trained part at every step (phase b's input resampler reads past turns only).
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+    )
+    processes = accelerator.num_processes
     set_seed(config.seed)
 
     # 1. Resume point; refuse a state of other sizes before touching it
@@ -170,11 +178,11 @@ def train(
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=config.weight_decay
     )
-    sampler = StepBatchSampler(len(train_set), config.batch_size, config.seed, start, config.steps)  # type: ignore[arg-type]
+    sampler = StepBatchSampler(len(train_set), config.batch_size * processes, config.seed, start, config.steps)  # type: ignore[arg-type]
     loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=collate)
     eval_loader = None
     if eval_set is not None and len(eval_set) > 0:  # type: ignore[arg-type]
-        eval_loader = DataLoader(eval_set, batch_size=config.batch_size, shuffle=False, collate_fn=collate)
+        eval_loader = DataLoader(eval_set, batch_size=config.batch_size * processes, shuffle=False, collate_fn=collate)
     else:
         logger.warning("no held-out clips: evaluation is skipped")
     model, optimizer = accelerator.prepare(model, optimizer)

@@ -7,43 +7,23 @@ through the shared run loop, and that what it trains is what the planner counts 
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from game.state import StateDeltas
-from training.character_phase_b import RepresentationAndStates, Turn, answer_ids, trainable
+from tests.training.character_windows import windows
+from training.character_phase_b import RepresentationAndStates, answer_ids, trainable
 from training.config import TrainConfig
 from training.loop import train
 from worker.pipeline.config import get_config
 from worker.pipeline.mllm import parse_states
 from worker.pipeline.pipeline import AnimeGamerPipeline
-
-LINES = [
-    "Character: Mika; Motion: quickly run; Background: day beach.",
-    "Character: Mika; Motion: sit on the sand; Background: sunset beach.",
-    "Character: Mika; Motion: happily read a book; Background: room.",
-]
-
-
-def windows(n_query: int, width: int) -> list[list[Turn]]:
-    """Two episodes of three turns; every turn with its earlier ones, so windows of 1, 2 and 3 turns. Each line's
-    representation is one random vector at every position, the same in both episodes: learnable from the prompt."""
-    g = torch.Generator().manual_seed(0)
-    vectors = torch.randn(len(LINES), 1, width, generator=g)
-    episodes = []
-    for episode in range(2):
-        turns = [
-            Turn(
-                instruction=line,
-                deltas=StateDeltas(motion=3 - i, social=episode - 1, entertainment=i, stamina=-i - episode),
-                representation=vectors[i].expand(n_query, width),
-            )
-            for i, line in enumerate(LINES)
-        ]
-        episodes.append(turns)
-    return [turns[: end + 1] for turns in episodes for end in range(len(turns))]
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +84,26 @@ def test_gradient_checkpointing_gives_the_same_losses_and_gradients() -> None:
     for name, param in named[0].items():
         if param.requires_grad:
             torch.testing.assert_close(param.grad, named[1][name].grad, msg=name)
+
+
+@pytest.mark.slow
+def test_two_processes_train_as_one_at_the_same_global_batch(tmp_path: Path) -> None:
+    """Phase (b) in two processes (torch.distributed on the CPU, gloo) with two windows each, against one process
+    with four: the same steps over the same windows, so the same weights up to the order of float sums."""
+    script = Path(__file__).with_name("phase_b_processes.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}  # accelerate: gloo on the CPU
+    one, two = tmp_path / "one", tmp_path / "two"
+    subprocess.run([sys.executable, str(script), str(one), "--batch", "4"], check=True, env=env, timeout=300)
+    with socket.socket() as probe:  # a free port for the processes' rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+    subprocess.run([*launch, str(script), str(two), "--batch", "2"], check=True, env=env, timeout=300)
+    alone, together = (torch.load(folder / "trained.pt") for folder in (one, two))
+    assert (alone["processes"], together["processes"]) == (1, 2)
+    assert sorted(alone["losses"]) == sorted(together["losses"]) == [1, 2, 3, 4]
+    for step, loss in alone["losses"].items():
+        assert abs(loss - together["losses"][step]) < 1e-4 * max(1.0, abs(loss)), (step, loss, together["losses"])
+    assert alone["weights"].keys() == together["weights"].keys()
+    for name, weight in alone["weights"].items():
+        torch.testing.assert_close(together["weights"][name], weight, rtol=1e-4, atol=1e-5, msg=name)
