@@ -18,8 +18,10 @@ loop is the one every phase shares (``training.loop``: accelerate, resumable, lo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ from torch import nn
 
 from game.contract import HistoryTurn
 from game.state import StateDeltas
+from training.dataset import EPISODES, MAX_TURNS
 from worker.pipeline.mllm import STATE_TAGS, AnimeGamerMLLM, frame_attention_mask
 from worker.pipeline.prompt import build_prompt
 from worker.pipeline.tokenizer import STRENGTH_MIN, AnimeGamerTokenizer
@@ -58,6 +61,24 @@ def answer_ids(tokenizer: AnimeGamerTokenizer, deltas: StateDeltas) -> list[int]
             ids.append(tokenizer.token_id(STATE_TAGS[slot]))
         ids += [tokenizer.strength_ids[value - STRENGTH_MIN], tokenizer.token_id(CLOSING[slot])]
     return ids
+
+
+def windows_from(data: Path, representations: Mapping[str, torch.Tensor]) -> list[list[Turn]]:
+    """Every turn of a prepared data set (``animegamer data prepare``) with the turns before it in its episode (at
+    most ``MAX_TURNS`` in all), as phase (b)'s samples. ``representations`` maps ``"<episode id>/<turn>"`` to the
+    clip encoder's representation of that clip (phase (a)'s output); a missing one is named."""
+    made: list[list[Turn]] = []
+    for line in (Path(data) / EPISODES).read_text().splitlines():
+        episode = json.loads(line)
+        turns = []
+        for index, record in enumerate(episode["turns"]):
+            key = f"{episode['id']}/{index}"
+            if key not in representations:
+                raise KeyError(f"no representation for {key} (phase (a) writes one for every clip)")
+            deltas = StateDeltas(**record["deltas"])
+            turns.append(Turn(record["instruction"], deltas, representations[key]))
+            made.append(turns[max(0, len(turns) - MAX_TURNS) :])
+    return made
 
 
 class RepresentationAndStates(nn.Module):

@@ -13,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from game.state import StateDeltas
+from media.mp4 import encode_mp4
 from tests.training.character_windows import windows
 from training.character_phase_b import RepresentationAndStates, answer_ids, trainable
 from training.config import TrainConfig
@@ -107,3 +109,32 @@ def test_two_processes_train_as_one_at_the_same_global_batch(tmp_path: Path) -> 
     assert alone["weights"].keys() == together["weights"].keys()
     for name, weight in alone["weights"].items():
         torch.testing.assert_close(together["weights"][name], weight, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_prepared_data_set_gives_each_turn_with_the_turns_before_it(tiny_mllm, tmp_path: Path) -> None:
+    from tests.training.test_own_clips import good, write_lines
+    from training.character_phase_b import windows_from
+    from training.own_clips import prepare
+
+    source = tmp_path / "clips"
+    source.mkdir()
+    levels = np.broadcast_to(np.arange(24 * 3, dtype=np.uint8)[:, None, None, None], (72, 64, 96, 3))
+    (source / "clip.mp4").write_bytes(encode_mp4(np.ascontiguousarray(levels), 24))
+    lines = [good(file="clip.mp4", start=0.0, end=2.5, episode="day", ML=m) for m in (1, 2, 3)] + [
+        good(file="clip.mp4", start=0.5, end=2.5, ST=4)
+    ]
+    write_lines(source, lines)
+    prepare(source, tmp_path / "data", size=(64, 96))
+    shape = (tiny_mllm.config.num_query_tokens, tiny_mllm.config.decoder.hidden_size)
+    reps = {
+        key: torch.full(shape, float(i))
+        for i, key in enumerate(["episode_00000/0", "episode_00000/1", "episode_00000/2", "episode_00001/0"])
+    }
+    made = windows_from(tmp_path / "data", reps)
+    assert [len(window) for window in made] == [1, 2, 3, 1]
+    assert [window[-1].deltas.motion for window in made] == [1, 2, 3, 3]
+    assert made[3][-1].deltas.stamina == 4 and float(made[2][0].representation[0, 0]) == 0.0
+    regression, states = RepresentationAndStates(tiny_mllm.mllm, tiny_mllm.tokenizer).losses(made[2])
+    assert torch.isfinite(regression) and torch.isfinite(states)
+    with pytest.raises(KeyError, match="episode_00001/0"):
+        windows_from(tmp_path / "data", {k: v for k, v in reps.items() if k != "episode_00001/0"})
