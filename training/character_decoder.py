@@ -10,8 +10,8 @@ as published. They differ in the condition:
   which train with it;
 - (c) the MLLM's prediction for the clip's turn, made once by phase (b)'s model.
 
-A share of the conditions (``UNCONDITIONAL``, as the toy's phase (c)) is the decoder's unconditional tokens, so
-classifier-free guidance at inference has a real unconditional prediction to push away from.
+A share of the conditions (``training.phase_c.UNCONDITIONAL``, as the toy's phase (c)) is the decoder's
+unconditional tokens, so classifier-free guidance at inference has a real unconditional prediction to push away from.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from training.phase_a import v_prediction_loss
-from training.phase_c import UNCONDITIONAL
+from training.phase_c import some_unconditional
 from worker.pipeline.decoder import AnimeGamerDecoder
 from worker.pipeline.sampler import release_alphas_cumprod
 
@@ -66,10 +66,7 @@ class DecoderPhase(nn.Module):
             condition = batch["condition"]
         else:
             condition = clip_condition(self.decoder, batch["text"], batch["image"])
-        size = condition.shape[0]
-        drop = torch.rand(size, generator=generator, device=condition.device) < UNCONDITIONAL  # (B,)
-        unconditional = self.decoder.unconditional_tokens(size).to(condition.dtype)
-        condition = torch.where(drop[:, None, None], unconditional, condition)
+        condition = some_unconditional(self.decoder, condition, generator)
         return v_prediction_loss(
             self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator
         )

@@ -43,13 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from game.instruction import ADVERBS, InstructionError, from_fields
 from game.state import DELTA_MAX, DELTA_MIN, StateDeltas
 from training.dataset import EPISODES, MANIFEST, MAX_TURNS, DatasetError, FileRecord, write_atomic
+from worker.pipeline.config import full
 
 FORMAT = "animegamer-clips"
 VERSION = 1
 ANNOTATIONS = "annotations.jsonl"
-FRAMES = 17  # the published clip: 17 frames at 8 fps (ANIMEGAMER.md)
-FPS = 8
-SIZE = (480, 720)  # height, width
+_PUBLISHED = full()
+FRAMES, FPS = _PUBLISHED.num_frames, _PUBLISHED.fps  # the published clip: 17 frames at 8 fps
+SIZE = (_PUBLISHED.height, _PUBLISHED.width)  # 480 x 720
 
 
 class Annotation(BaseModel):

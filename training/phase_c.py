@@ -77,6 +77,14 @@ def collate(items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]])
     }
 
 
+def some_unconditional(decoder: AnimeGamerDecoder, condition: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``condition`` (B, 226, D) with a share ``UNCONDITIONAL`` of its rows replaced by the unconditional tokens."""
+    size = condition.shape[0]
+    drop = torch.rand(size, generator=generator, device=condition.device) < UNCONDITIONAL  # (B,)
+    unconditional = decoder.unconditional_tokens(size).to(condition.dtype)
+    return torch.where(drop[:, None, None], unconditional, condition)
+
+
 class PhaseCModel(nn.Module):
     """The decoder; ``forward(batch, generator)`` is the v-prediction loss on the MLLM's predicted conditions."""
 
@@ -86,11 +94,7 @@ class PhaseCModel(nn.Module):
         self.register_buffer("alphas_cumprod", release_alphas_cumprod(shift_scale).float(), persistent=False)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> torch.Tensor:
-        condition = batch["condition"]  # (B, 226, D)
-        B = condition.shape[0]
-        drop = torch.rand(B, generator=generator, device=condition.device) < UNCONDITIONAL  # (B,)
-        unconditional = self.decoder.unconditional_tokens(B).to(condition.dtype)
-        condition = torch.where(drop[:, None, None], unconditional, condition)
+        condition = some_unconditional(self.decoder, batch["condition"], generator)  # (B, 226, D)
         weight = 1.0 + self.figure_weight * batch["cells"]
         return v_prediction_loss(
             self.decoder, self.alphas_cumprod, batch["latents"], condition, batch["flow"], generator, weight

@@ -158,3 +158,15 @@ def test_the_commands_answer_with_the_bad_lines_or_what_was_written(folder: Path
     assert "Wrote 1 episodes, 1 clips at 64x96" in capsys.readouterr().out
     assert main(["data", "prepare", str(folder), "--out", str(tmp_path / "other"), "--size", "65x96"]) == 1
     assert "multiples of 16" in capsys.readouterr().err
+
+
+def test_a_video_cut_after_its_header_fails_prepare_and_leaves_nothing(folder: Path, tmp_path: Path) -> None:
+    """The header (moov, at the front) is whole, so the check passes; the frames are cut, so the decode fails
+    midway, after the first clip was written to the hidden work folder."""
+    whole = (folder / "clips" / "counter.mp4").read_bytes()
+    (folder / "cut.mp4").write_bytes(whole[: len(whole) * 6 // 10])  # past the header, into the frames
+    write_lines(folder, [good(), good(file="cut.mp4", start=1.5, end=4.0)])
+    assert check(folder).ok
+    with pytest.raises(DatasetError, match=r"^line 2: .*Invalid data"):
+        prepare(folder, tmp_path / "data", size=SIZE)
+    assert not (tmp_path / "data").exists() and not list(tmp_path.glob(".data*"))
