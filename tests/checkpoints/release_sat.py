@@ -20,7 +20,9 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
+from transformers import T5Config, T5EncoderModel
 
+from training.frozen_encoders import T5_PREFIX, VISION_PREFIX, OpenCLIPVision, VisionConfig
 from training.release_export import DIT, NamedState, decoder_release_state
 from training.release_export import save_release_decoder as save_training_export
 from worker.pipeline.decoder import AnimeGamerDecoder
@@ -68,8 +70,8 @@ def decoder_sat_state(
     training's exporter (training/release_export.py) from a LoRA split of them.
 
     ``extras`` adds what the release file holds besides the DiT weights the loader needs: the position table,
-    the unused ``output_mix_layer_norm``, and a few T5 (``conditioner``), OpenCLIP and VAE (``first_stage_model``)
-    tensors.
+    the unused ``output_mix_layer_norm``, the frozen T5 (``conditioner``) and OpenCLIP encoders whole, at the
+    decoder's input widths (:func:`frozen_encoder_state`), and a few VAE (``first_stage_model``) tensors.
     """
     g = torch.Generator().manual_seed(seed)
     state = decoder_release_state(with_release_lora(decoder, rank, g))
@@ -78,11 +80,46 @@ def decoder_sat_state(
         state[DIT + "mixins.pos_embed.pos_embedding"] = torch.randn(1, 226 + 5 * 4 * 6, d, generator=g)
         state[DIT + "mixins.patch_embed.output_mix_layer_norm.weight"] = torch.ones(d)
         state[DIT + "mixins.patch_embed.output_mix_layer_norm.bias"] = torch.zeros(d)
-        state["conditioner.embedders.0.transformer.shared.weight"] = torch.randn(7, 5, generator=g)
-        state["conditioner.embedders.0.transformer.encoder.final_layer_norm.weight"] = torch.ones(5)
-        state["clip_img_encoder.model.visual.conv1.weight"] = torch.randn(4, 3, 2, 2, generator=g)
+        state.update(frozen_encoder_state(decoder.text_proj[0].in_features, decoder.ip_proj[0].in_features, seed))
         state["first_stage_model.decoder.conv_in.conv.weight"] = torch.randn(4, 4, 3, 3, 3, generator=g)
         state["first_stage_model.encoder.conv_in.conv.bias"] = torch.randn(4, generator=g)
+    return state
+
+
+T5_VOCAB = 384  # ByT5's tokenizer, which needs no vocabulary file: the tiny tree's t5-v1_1-xxl
+
+
+def tiny_frozen_encoders(text_width: int, image_width: int, seed: int = 0) -> tuple[T5EncoderModel, OpenCLIPVision]:
+    """A random T5 v1.1 encoder and OpenCLIP image tower whose outputs are ``text_width`` and ``image_width`` wide."""
+    torch.manual_seed(seed)
+    t5 = T5EncoderModel(
+        T5Config(
+            vocab_size=T5_VOCAB,
+            d_model=text_width,
+            d_kv=8,
+            d_ff=2 * text_width,
+            num_layers=2,
+            num_heads=2,
+            feed_forward_proj="gated-gelu",
+            is_encoder_decoder=False,
+        )
+    )
+    vision = OpenCLIPVision(VisionConfig(width=image_width, layers=3, heads=max(1, image_width // 64)))
+    with torch.no_grad():
+        for param in vision.parameters():
+            param.normal_(0, 0.2 if param.ndim > 1 else 0.02)
+    return t5.eval(), vision.eval()
+
+
+def frozen_encoder_state(text_width: int, image_width: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The release file's ``conditioner.*`` and ``clip_img_encoder.*`` tensors for :func:`tiny_frozen_encoders`,
+    with open_clip's ``ln_post`` and ``proj``, which the penultimate features never reach."""
+    t5, vision = tiny_frozen_encoders(text_width, image_width, seed)
+    state = {T5_PREFIX + k: v.clone() for k, v in t5.state_dict().items()}
+    state.update({VISION_PREFIX + k: v.clone() for k, v in vision.state_dict().items()})
+    state[VISION_PREFIX + "ln_post.weight"] = torch.ones(image_width)
+    state[VISION_PREFIX + "ln_post.bias"] = torch.zeros(image_width)
+    state[VISION_PREFIX + "proj"] = torch.zeros(image_width, 8)
     return state
 
 

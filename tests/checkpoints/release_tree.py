@@ -1,5 +1,6 @@
 """A complete tiny checkpoint tree in the release's layout: Mistral directory with its SentencePiece
-tokenizer, MLLM-<Character>, VDM_Decoder-<Character>, vae/3d-vae.pt; each from a module of known weights."""
+tokenizer, MLLM-<Character>, VDM_Decoder-<Character> (the frozen T5 and OpenCLIP encoders inside, as the release's),
+vae/3d-vae.pt and the T5 tokenizer's directory; each from a module of known weights."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import sentencepiece as spm
 import torch
+from transformers import ByT5Tokenizer
 
 from game.instruction import ADVERBS, TIMES
 from tests.checkpoints.release_mllm import write_release_mllm
 from tests.checkpoints.release_sat import randomize_on_grid_, write_release_decoder, write_release_vae
+from training.frozen_encoders import T5_TOKENIZER_DIR
 from worker.pipeline.checkpoints.layout import CheckpointLayout
 from worker.pipeline.config import PipelineConfig, tiny
 from worker.pipeline.decoder import AnimeGamerDecoder
@@ -76,6 +79,7 @@ def write_tiny_release(root: Path, characters: tuple[str, ...] = ("Qiqi",), seed
         write_release_decoder(decoder, CheckpointLayout(root, character).decoder_dir, seed=seed)
     layout.vae_file.parent.mkdir(parents=True, exist_ok=True)
     write_release_vae(vae, layout.vae_file)
+    ByT5Tokenizer().save_pretrained(root / T5_TOKENIZER_DIR)  # T5's, for training a character; no file to learn
     return TinyRelease(root, config, mllm, decoder)
 
 
