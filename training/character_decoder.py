@@ -35,7 +35,8 @@ def trainable_decoder(decoder: AnimeGamerDecoder, phase: str, checkpointing: boo
     ``checkpointing`` each block keeps only its inputs for the backward pass (what ``training.plan`` counts)."""
     if phase not in ("a", "c"):
         raise ValueError(f"the decoder trains in phases a and c, not {phase!r}")
-    inject_adapter_in_model(DECODER_LORA, decoder)
+    if not any("lora_" in name for name, _ in decoder.named_parameters()):  # phase (c) goes on with (a)'s LoRA
+        inject_adapter_in_model(DECODER_LORA, decoder)
     parts = ("lora_", "flow_embedding", *(CLIP_PROJECTIONS if phase == "a" else ()))
     for name, param in decoder.named_parameters():
         param.requires_grad_(any(part in name for part in parts))

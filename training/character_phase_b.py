@@ -67,7 +67,12 @@ def windows_from(data: Path, representations: Mapping[str, torch.Tensor]) -> lis
     """Every turn of a prepared data set (``animegamer data prepare``) with the turns before it in its episode (at
     most ``MAX_TURNS`` in all), as phase (b)'s samples. ``representations`` maps ``"<episode id>/<turn>"`` to the
     clip encoder's representation of that clip (phase (a)'s output); a missing one is named."""
-    made: list[list[Turn]] = []
+    return list(keyed_windows(data, representations).values())
+
+
+def keyed_windows(data: Path, representations: Mapping[str, torch.Tensor]) -> dict[str, list[Turn]]:
+    """``windows_from``'s windows under the key of their last turn, ``"<episode id>/<turn>"``."""
+    made: dict[str, list[Turn]] = {}
     for line in (Path(data) / EPISODES).read_text().splitlines():
         episode = json.loads(line)
         turns = []
@@ -77,7 +82,7 @@ def windows_from(data: Path, representations: Mapping[str, torch.Tensor]) -> lis
                 raise KeyError(f"no representation for {key} (phase (a) writes one for every clip)")
             deltas = StateDeltas(**record["deltas"])
             turns.append(Turn(record["instruction"], deltas, representations[key]))
-            made.append(turns[max(0, len(turns) - MAX_TURNS) :])
+            made[key] = turns[max(0, len(turns) - MAX_TURNS) :]
     return made
 
 
@@ -92,6 +97,19 @@ class RepresentationAndStates(nn.Module):
 
     def losses(self, window: Sequence[Turn]) -> tuple[torch.Tensor, torch.Tensor]:
         """(representation MSE, answer cross-entropy) of the window's last turn, its earlier turns as history."""
+        predicted, logits, answer = self._forward(window)
+        target = window[-1].representation.to(predicted.device, predicted.dtype)[None]
+        regression = F.mse_loss(predicted.float(), target.float())
+        states = F.cross_entropy(logits.float().flatten(0, 1), answer.flatten())
+        return regression, states
+
+    @torch.no_grad()
+    def predict(self, window: Sequence[Turn]) -> torch.Tensor:
+        """The representation ``(N, D)`` the model predicts for the window's last turn: phase (c)'s condition."""
+        return self._forward(window)[0][0].float()
+
+    def _forward(self, window: Sequence[Turn]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(predicted representation (1, N, D), answer logits (1, A, V), answer ids (1, A)) of the last turn."""
         mllm, n = self.mllm, self.mllm.num_query_tokens
         *past, now = window
         history = [HistoryTurn(instruction=t.instruction, representation=b"", deltas=t.deltas) for t in past]
@@ -103,11 +121,8 @@ class RepresentationAndStates(nn.Module):
         mask = frame_attention_mask(length, prompt.frame_spans, embeds.dtype, embeds.device)
         hidden = mllm.llm.model(inputs_embeds=embeds, attention_mask=mask, use_cache=False).last_hidden_state
         predicted = mllm.output_resampler(hidden[:, prompt_length - n : prompt_length])  # (1, N, D)
-        target = now.representation.to(predicted.device, predicted.dtype)[None]
-        regression = F.mse_loss(predicted.float(), target.float())
         logits = mllm.llm.lm_head(hidden[:, prompt_length - 1 : length - 1])  # each answer token from the one before
-        states = F.cross_entropy(logits.float().flatten(0, 1), answer.flatten())
-        return regression, states
+        return predicted, logits, answer
 
     def forward(self, batch: Sequence[Sequence[Turn]], generator: torch.Generator | None = None) -> torch.Tensor:
         total = torch.zeros((), device=self.mllm.device)

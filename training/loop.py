@@ -3,7 +3,9 @@
 Resuming gives the same result as not stopping: model, optimiser and RNG states come back from
 ``accelerator.save_state``, the data order is a pure function of ``(seed, step)`` (a permutation per epoch, already
 done batches skipped by position, not by replaying a loader), and each step's noise comes from a generator seeded
-with ``(seed, step, process)``. A phase supplies a module whose ``forward(batch, generator)`` returns the loss.
+with ``(seed, step, process)``, as does the global generator's (dropout): restoring accelerate's saved RNG states
+alone left a resumed run's LoRA dropout masks different from an unstopped run's. A phase supplies a module whose
+``forward(batch, generator)`` returns the loss.
 """
 
 from __future__ import annotations
@@ -198,9 +200,9 @@ def train(
     model.train()
     bar = tqdm(total=config.steps, initial=start, desc=description, disable=not accelerator.is_local_main_process)
     for step, batch in enumerate(loader, start + 1):
-        generator = torch.Generator(accelerator.device).manual_seed(
-            step_seed(config.seed, step, accelerator.process_index)
-        )
+        seed = step_seed(config.seed, step, accelerator.process_index)
+        generator = torch.Generator(accelerator.device).manual_seed(seed)
+        torch.manual_seed(seed)  # and what draws from the global generator (peft's LoRA dropout) draws per step
         for group in optimizer.param_groups:
             group["lr"] = config.learning_rate_at(step)
         loss = model(batch, generator)

@@ -1,4 +1,6 @@
 """`animegamer train phase-a|phase-b|phase-c|all`: train on a toy-world folder; rerun the same command to resume.
+`animegamer train character`: a character of your own from `animegamer data prepare`'s folder, over a published one,
+written beside it in the release's layout; rerun the same command to resume.
 `animegamer train plan`: the memory each phase needs per GPU at the chosen sizes, batch and GPU count.
 
 ``--out`` is the run's folder: phase X works in ``OUT/phase_x`` and reads the earlier phases from there, and ``all``
@@ -21,18 +23,21 @@ if TYPE_CHECKING:  # training imports torch: only when a command runs
     from training.config import ToyModelConfig, TrainConfig
     from training.loop import TrainResult
 
-PHASES = ("phase-a", "phase-b", "phase-c", "all", "plan")
+PHASES = ("phase-a", "phase-b", "phase-c", "all", "character", "plan")
 HELP = (
     "phase-a: clip encoder + VAE + diffusion decoder by reconstruction; phase-b: the MLLM predicts representations "
     "and states; phase-c: the decoder adapts to the MLLM's predictions (left out of all: training.config.PHASE_C); "
-    "all: phases a and b, then the model file; plan: memory per GPU for each phase, trains nothing"
+    "all: phases a and b, then the model file; character: your own character's three phases on the published "
+    "architecture; plan: memory per GPU for each phase, trains nothing"
 )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("train", help="train the toy-world model's phases", description=__doc__)
     parser.add_argument("phase", choices=PHASES, help=HELP)
-    parser.add_argument("--data", type=Path, help="a folder written by `animegamer data toyworld` (required to train)")
+    parser.add_argument(
+        "--data", type=Path, help="a folder written by `animegamer data toyworld` (`data prepare` for character)"
+    )
     parser.add_argument("--out", type=Path, help="the run's folder; resumed when it holds states (required to train)")
     parser.add_argument(
         "--model", choices=("toy", "tiny"), default="toy", help="sizes: toy (the shipped model's) or tiny (tests)"
@@ -52,6 +57,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--figure-weight", type=float, default=None, help="the character's latent cells weigh 1 + this in the loss"
     )
     single.add_argument("--seed", type=int, default=None, help="model init, data order and noise (default 0)")
+    own = parser.add_argument_group("character (training.character_run)")
+    own.add_argument("--name", help="the new character's name, as players will pick it")
+    own.add_argument("--base", default="Qiqi", help="the published character it starts from (default Qiqi)")
+    own.add_argument("--checkpoints", type=Path, default=None, help="the release's tree (default: settings')")
+    own.add_argument("--phase-steps", default=None, help="steps of phases a,b,c, like 400,400,200 (the default)")
+    own.add_argument("--device", default=None, help="torch device (default: cuda when there is one)")
     plan = parser.add_argument_group("plan (training.plan)")
     plan.add_argument("--sizes", choices=("full", "toy", "tiny"), default="full", help="model sizes (default full)")
     plan.add_argument("--batch", type=positive, default=8, help="global batch: samples per optimizer step")
@@ -95,6 +106,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.data is None or args.out is None:
         print(f"`train {args.phase}` needs --data and --out", file=sys.stderr)
         return 2
+    if args.phase == "character":
+        return run_character(args, settings)
     from training.config import PHASE_C, RECIPE, ToyModelConfig
     from training.dataset import DatasetError
     from training.loop import CheckpointMismatchError
@@ -157,4 +170,51 @@ def _all(args: argparse.Namespace, model_config: ToyModelConfig) -> int:
         held_out = f", held-out loss {result.held_out[phase]:.4f}" if phase in result.held_out else ""
         print(f"{phase}: step {result.steps[phase]} in {seconds / 60:.1f} min{held_out}")
     print(f"Wrote {result.model}; copy it to worker/pipeline/toy_weights/toyworld.safetensors to make it the default")
+    return 0
+
+
+def run_character(args: argparse.Namespace, settings: Settings) -> int:
+    from training.character_run import CharacterSchedule, train_character
+    from training.dataset import DatasetError
+    from training.loop import CheckpointMismatchError
+    from worker.pipeline.checkpoints.errors import CheckpointError
+
+    if not args.name:
+        print("`train character` needs --name, the new character's name", file=sys.stderr)
+        return 2
+    schedule = CharacterSchedule()
+    phases = {"a": schedule.a, "b": schedule.b, "c": schedule.c}
+    if args.phase_steps is not None:
+        try:
+            steps = [int(part) for part in args.phase_steps.split(",")]
+            if len(steps) != 3 or min(steps) < 1:
+                raise ValueError
+        except ValueError:
+            print("--phase-steps takes three positive numbers, like 400,400,200", file=sys.stderr)
+            return 2
+        phases = {phase: replace(config, steps=n) for (phase, config), n in zip(phases.items(), steps, strict=True)}
+    chosen = {
+        key: value
+        for key, value in (
+            ("batch_size", args.batch_size),
+            ("learning_rate", args.lr),
+            ("checkpoint_every", args.checkpoint_every),
+            ("seed", args.seed),
+        )
+        if value is not None
+    }
+    schedule = CharacterSchedule(**{phase: replace(config, **chosen) for phase, config in phases.items()})
+    root = args.checkpoints or settings.checkpoints
+    try:
+        result = train_character(
+            args.data, root, args.name, args.out, base=args.base, schedule=schedule, device=args.device, on_stage=print
+        )
+    except (DatasetError, CheckpointError, CheckpointMismatchError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for phase, step in result.steps.items():
+        losses = result.losses[phase]
+        last = f", last loss {losses[max(losses)]:.4f}" if losses else " (already finished)"
+        print(f"phase ({phase}): step {step}{last}")
+    print(f"{args.name} is ready: serve it with ANIMEGAMER_CHARACTERS including {args.name} and checkpoints {root}")
     return 0

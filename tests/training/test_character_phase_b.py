@@ -88,6 +88,33 @@ def test_gradient_checkpointing_gives_the_same_losses_and_gradients() -> None:
             torch.testing.assert_close(param.grad, named[1][name].grad, msg=name)
 
 
+def test_a_stopped_and_resumed_run_ends_with_the_weights_of_one_never_stopped(tmp_path: Path) -> None:
+    """LoRA dropout on (p = 0.05) draws from the global generator: the loop seeds it per step, so the masks after
+    a resume are the ones an unstopped run drew."""
+
+    def model() -> RepresentationAndStates:
+        torch.manual_seed(0)
+        pipe = AnimeGamerPipeline.random_weights(get_config("tiny"))
+        trainable(pipe.mllm)
+        return RepresentationAndStates(pipe.mllm, pipe.tokenizer)
+
+    first = model()
+    assert any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in first.modules())
+    data = windows(first.mllm.num_query_tokens, first.mllm.representation_dim)
+    config = TrainConfig(steps=8, batch_size=2, learning_rate=3e-3, eval_every=0, checkpoint_every=3)
+    _, whole, _ = train(first, data, None, list, config, tmp_path / "whole", {"sizes": "tiny"})
+
+    def stop_at_5(step: int, loss: float) -> None:
+        if step == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(model(), data, None, list, config, tmp_path / "stopped", {"sizes": "tiny"}, on_step=stop_at_5)
+    _, resumed, _ = train(model(), data, None, list, config, tmp_path / "stopped", {"sizes": "tiny"})
+    for (name, want), got in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(got, want), name
+
+
 @pytest.mark.slow
 def test_two_processes_train_as_one_at_the_same_global_batch(tmp_path: Path) -> None:
     """Phase (b) in two processes (torch.distributed on the CPU, gloo) with two windows each, against one process

@@ -78,10 +78,27 @@ class SharedMLLM:
         self.mode = mode
         self.active: str | None = None
         self._projections = {path: mllm.get_submodule(path) for path in lora_targets(mllm)}
+        self._hooks = []
         for module in self._projections.values():
             module.lora_merged = False
-            module.register_forward_hook(_add_lora)
+            self._hooks.append(module.register_forward_hook(_add_lora))
         self.use(next(iter(self.characters)))
+
+    def detach(self, character: str) -> tuple[AnimeGamerMLLM, CharacterParts]:
+        """The module with ``character``'s parts as its own and the plain base projections (LoRA hooks removed),
+        and that character's LoRA: where training a new character starts from a published one. This object
+        serves no character afterwards."""
+        self.set_mode("unmerged")
+        self.use(character)
+        parts = self.characters[character]
+        for hook in self._hooks:
+            hook.remove()
+        for module in self._projections.values():
+            for name in ("lora_A", "lora_B"):
+                del module._parameters[name]
+            del module.lora_merged, module.lora_scale
+        self.characters, self.active = {}, None
+        return self.mllm, parts
 
     def use(self, character: str) -> AnimeGamerMLLM:
         """Point the module at ``character``'s tensors (and, merged, swap the folded LoRA)."""

@@ -149,7 +149,7 @@ class AnimeGamerPipeline:
             deltas=clip.deltas,
             flow=clip.flow,
             mp4=mp4,
-            representation=self._write_representation(clip.representation[0]),
+            representation=self.representation_bytes(clip.representation[0]),
             num_frames=int(clip.frames.shape[0]),
             height=int(clip.frames.shape[1]),
             width=int(clip.frames.shape[2]),
@@ -164,27 +164,7 @@ class AnimeGamerPipeline:
         report = on_progress or (lambda stage, step, total: None)
         cfg = self.config
         timings: dict[str, float] = {}
-
-        # 1. Check inputs before any model work.
-        history = [
-            self._read_representation(inline(turn.representation, "a history turn's representation"))
-            for turn in request.history
-        ]
-
-        # 2. Prompt: past turns, then the current one ending at <ML>.
-        with _timed(timings, "prompt"):
-            prompt = build_prompt(self.tokenizer, request.instruction, request.history, cfg.num_query_tokens)
-
-        # 3. MLLM: four constrained forwards for the state tokens, one for the representation.
-        report(Stage.MLLM, 0, 2)
-        with self.mllm_phase(timings):
-            with _timed(timings, "state_pass"):
-                embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
-                deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
-            report(Stage.MLLM, 1, 2)
-            with _timed(timings, "representation_pass"):
-                representation = self.mllm.predict_representation(embeds, prompt)  # (1, 226, H_dit)
-        report(Stage.MLLM, 2, 2)
+        deltas, representation = self.think(request, timings, report)
 
         # 4. Denoise a video latent conditioned on the representation and the motion scope.
         flow = flow_for(deltas.motion)
@@ -196,6 +176,36 @@ class AnimeGamerPipeline:
         with _timed(timings, "vae"):
             frames = decode_latents(self.vae, latents.to(self.decoder_dtype), cfg.vae.scaling_factor)[0]  # (T, H, W, 3)
         return Rendered(deltas, flow, representation, frames, timings)
+
+    @torch.no_grad()
+    def think(
+        self, request: TurnRequest, timings: dict[str, float] | None = None, report: ProgressFn | None = None
+    ) -> tuple[StateDeltas, torch.Tensor]:
+        """The MLLM's half of a turn: the state changes and the representation ``(1, 226, H_dit)``."""
+        report = report or (lambda stage, step, total: None)
+        timings = {} if timings is None else timings
+
+        # 1. Check inputs before any model work.
+        history = [
+            self._read_representation(inline(turn.representation, "a history turn's representation"))
+            for turn in request.history
+        ]
+
+        # 2. Prompt: past turns, then the current one ending at <ML>.
+        with _timed(timings, "prompt"):
+            prompt = build_prompt(self.tokenizer, request.instruction, request.history, self.config.num_query_tokens)
+
+        # 3. MLLM: four constrained forwards for the state tokens, one for the representation.
+        report(Stage.MLLM, 0, 2)
+        with self.mllm_phase(timings):
+            with _timed(timings, "state_pass"):
+                embeds = self.mllm.embed_prompt(prompt, history)  # (1, T, H_llm)
+                deltas, _ = self.mllm.predict_states(embeds, self.tokenizer)
+            report(Stage.MLLM, 1, 2)
+            with _timed(timings, "representation_pass"):
+                representation = self.mllm.predict_representation(embeds, prompt)  # (1, 226, H_dit)
+        report(Stage.MLLM, 2, 2)
+        return deltas, representation
 
     def denoise(self, representation: torch.Tensor, flow: float, seed: int, report: ProgressFn) -> torch.Tensor:
         """DPM-Solver++(2M) SDE with dynamic CFG; the CFG pair runs as one batch of two."""
@@ -272,7 +282,7 @@ class AnimeGamerPipeline:
             yield
 
     @staticmethod
-    def _write_representation(representation: torch.Tensor) -> bytes:
+    def representation_bytes(representation: torch.Tensor) -> bytes:
         # float16 halves what travels back to the bot and into its database (868 KB at 226 x 1920). Measured
         # on the toy model (benchmarks/representation_precision.py), a float16 representation changes its clip
         # by at most 1 of 255 on a few pixels (PSNR above 70 dB), ~1/10,000 of what a reroll changes, and the
