@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from accelerate import PartialState
+from accelerate.utils import parse_flag_from_env
 from tqdm.auto import tqdm
 
 from training.character_decoder import DecoderPhase, clip_condition, trainable_decoder
@@ -135,7 +136,9 @@ def train_character(
     """Train ``name`` on the prepared data set ``data`` over ``base`` under checkpoint ``root``; work in ``out``."""
     data, root, out = Path(data), Path(root), Path(out)
     schedule = schedule or CharacterSchedule()
-    processes = PartialState()  # one, or those `accelerate launch` / torchrun started: each its own GPU
+    # One process, or those `accelerate launch` / torchrun started (each its own GPU). Made here, before the loop's
+    # Accelerator, so it has to be told about the CPU as the Accelerator would be (else each process trains alone).
+    processes = PartialState(cpu=device == "cpu" or parse_flag_from_env("ACCELERATE_USE_CPU"))
     device = device or str(processes.device)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16  # frozen weights; trained ones stay fp32
     if device != "cpu":  # bf16 autocast on a GPU, as the plan counts it (CPUs here have no bf16 matrix unit)
@@ -175,7 +178,7 @@ def train_character(
     _to_fp32(decoder)
     samples = [{f: clips[k][f] for f in ("latents", "flow", "text", "image")} for k in keys]
     sizes = {"character": name, "base": base, "hidden": decoder.hidden_size, "clips": len(keys)}
-    say(f"phase (a): {schedule.a.steps} steps over {len(keys)} clips")
+    say(f"phase (a): {schedule.a.steps} steps over {len(keys)} clips, {processes.num_processes} process(es)")
     done, phase, _ = train(DecoderPhase(decoder), samples, None, stack, schedule.a, out / "phase_a", sizes, None, "a")
     decoder = phase.decoder
     result.steps["a"], result.losses["a"] = done.step, done.losses

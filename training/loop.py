@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 STATE = "state"
 PROGRESS = "progress.json"
+LOSSES = "losses.jsonl"  # one line a step: {"step": n, "loss": x} (and "held_out" at evaluations)
 EVAL_TAG = 2**31 - 1  # the "step" the evaluation noise is drawn for: the same noise at every evaluation
 
 Collate = Callable[[list[Any]], dict[str, Any]]
@@ -106,8 +107,12 @@ def read_progress(out: Path) -> dict[str, Any] | None:
 def _save(accelerator: Accelerator, out: Path, step: int, sizes: dict[str, object], config: TrainConfig) -> None:
     """Save into ``state.tmp`` and swap it in, so a crash mid-save leaves the previous state whole."""
     tmp, final, old = out / f"{STATE}.tmp", out / STATE, out / f"{STATE}.old"
-    if accelerator.is_main_process and tmp.exists():
-        shutil.rmtree(tmp)
+    if accelerator.is_main_process:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        # made before the barrier: accelerate makes it on the main process only, and the others write their RNG
+        # states into it with no barrier between (a process once found no folder there)
+        tmp.mkdir()
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
     if accelerator.is_main_process:
@@ -195,7 +200,9 @@ def train(
         accelerator.load_state(str(out / STATE))
         logger.info("resumed %s from step %d", out / STATE, start)
 
-    # 3. The loop
+    # 3. The loop; the loss log keeps the steps the resumed state holds, so a step killed after its save is not
+    # listed twice
+    log = _loss_log(out, start) if accelerator.is_main_process else None
     result = TrainResult(step=start)
     model.train()
     bar = tqdm(total=config.steps, initial=start, desc=description, disable=not accelerator.is_local_main_process)
@@ -217,12 +224,37 @@ def train(
         if eval_loader is not None and config.eval_every and step % config.eval_every == 0:
             result.eval_losses[step] = evaluate(accelerator, model, eval_loader, config.seed)
             logger.info("step %d: held-out loss %.5f", step, result.eval_losses[step])
+        if log is not None:
+            line: dict[str, float] = {"step": step, "loss": value}
+            if step in result.eval_losses:
+                line["held_out"] = result.eval_losses[step]
+            log.write(json.dumps(line) + "\n")
+            log.flush()
         if (config.checkpoint_every and step % config.checkpoint_every == 0) or step == config.steps:
             _save(accelerator, out, step, sizes, config)
         if on_step is not None:
             on_step(step, value)
     bar.close()
+    if log is not None:
+        log.close()
     return result, accelerator.unwrap_model(model), accelerator
+
+
+def _loss_log(out: Path, start: int) -> TextIO:
+    """``out/losses.jsonl`` open for appending, holding only the lines of steps up to ``start``."""
+    path = out / LOSSES
+    kept = []
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= start]
+    path.write_text("".join(line + "\n" for line in kept))
+    return path.open("a")
+
+
+def read_losses(out: Path) -> dict[int, float]:
+    """Step -> training loss, from a phase folder's ``losses.jsonl``."""
+    path = Path(out) / LOSSES
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return {entry["step"]: entry["loss"] for entry in map(json.loads, lines)}
 
 
 def mean(values: Sequence[float]) -> float:

@@ -7,6 +7,7 @@ through the shared run loop, and that what it trains is what the planner counts 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from media.mp4 import encode_mp4
 from tests.training.character_windows import windows
 from training.character_phase_b import RepresentationAndStates, answer_ids, trainable
 from training.config import TrainConfig
-from training.loop import train
+from training.loop import LOSSES, read_losses, train
 from worker.pipeline.config import get_config
 from worker.pipeline.mllm import parse_states
 from worker.pipeline.pipeline import AnimeGamerPipeline
@@ -113,6 +114,9 @@ def test_a_stopped_and_resumed_run_ends_with_the_weights_of_one_never_stopped(tm
     _, resumed, _ = train(model(), data, None, list, config, tmp_path / "stopped", {"sizes": "tiny"})
     for (name, want), got in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(got, want), name
+    logged = [json.loads(line)["step"] for line in (tmp_path / "stopped" / LOSSES).read_text().splitlines()]
+    assert logged == list(range(1, 9))  # steps 4 and 5 ran twice (saved at 3), logged once
+    assert read_losses(tmp_path / "stopped") == read_losses(tmp_path / "whole")
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from animegamer.cli import main
 from tests.checkpoints.release_tree import write_tiny_release
 from tests.training.own_character_clips import NAME, render_clips
 from training.character_run import EXPORTED
+from training.loop import LOSSES, read_losses
 from training.own_clips import prepare
 from worker.pipeline.checkpoints.layout import CheckpointLayout
 
@@ -111,6 +113,10 @@ def test_a_run_killed_in_phase_b_resumes_to_the_same_character(data: Path, tmp_p
     assert not (run / EXPORTED).exists()
     assert animegamer(args).wait(300) == 0
     assert tree_files(stopped.root, NAME) == tree_files(whole.root, NAME)
+    for phase, steps in (("phase_a", 4), ("phase_b", b_steps), ("phase_c", 4)):  # each step's loss logged once
+        lines = (run / phase / LOSSES).read_text().splitlines()
+        assert [json.loads(line)["step"] for line in lines] == list(range(1, steps + 1))
+        assert read_losses(run / phase) == read_losses(tmp_path / "whole-run" / phase)
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +181,28 @@ def test_a_worker_serving_both_plays_the_new_character_and_its_clips_differ(tomb
     frames = {who: decode_mp4(store.resolve_result(TurnResult.model_validate(r)).mp4) for who, r in results.items()}
     assert frames["Qiqi"].shape == frames[NAME].shape == (17, 480, 720, 3)
     assert np.abs(frames["Qiqi"].astype(int) - frames[NAME].astype(int)).mean() > 1.0
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_character_and_the_first_alone_writes_it(data: Path, tmp_path: Path, capsys) -> None:
+    """`train character` under torchrun with two processes (accelerate on the CPU, gloo): the first encodes the
+    inputs while the other waits, each step's batch is split between them, and the export is written once."""
+    tree = write_tiny_release(tmp_path / "tree", ("Qiqi",))
+    with socket.socket() as probe:  # a free port for the processes' rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [*launch, "-m", "animegamer", *command(data, tree.root, run, steps="4,6,4")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("wrote ") == 1 and done.stdout.count("encoding the clips") == 1
+    assert "7 clips, 2 process(es)" in done.stdout
+    assert sorted(read_losses(run / "phase_b")) == [1, 2, 3, 4, 5, 6]
+    assert main(["checkpoints", "check", str(tree.root), "--character", "Qiqi", "--character", NAME]) == 0
