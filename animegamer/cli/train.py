@@ -42,7 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model", choices=("toy", "tiny"), default="toy", help="sizes: toy (the shipped model's) or tiny (tests)"
     )
-    single = parser.add_argument_group("one phase's schedule (default: training.config.RECIPE)")
+    single = parser.add_argument_group(
+        "one phase's schedule (default: training.config.RECIPE); for character, --batch-size, --lr, "
+        "--checkpoint-every and --seed set all three phases' (default: training.character_run.CharacterSchedule)"
+    )
     single.add_argument("--steps", type=positive, default=None, help="total steps, counted across resumes")
     single.add_argument("--batch-size", type=positive, default=None, help="clips per step and process")
     single.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
