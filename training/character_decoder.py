@@ -51,6 +51,11 @@ def clip_condition(decoder: AnimeGamerDecoder, text: torch.Tensor, image: torch.
     return torch.cat([decoder.text_norm(decoder.text_proj(text)), decoder.ip_norm(decoder.ip_proj(image))], dim=1)
 
 
+def stack(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The decoder phases' collate: samples of same-shaped tensors into a batch, key by key."""
+    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+
+
 class DecoderPhase(nn.Module):
     """The decoder; ``forward(batch, generator)`` is the v-prediction loss, as ``training.loop`` calls it.
 

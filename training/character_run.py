@@ -32,7 +32,7 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 from tqdm.auto import tqdm
 
-from training.character_decoder import DecoderPhase, clip_condition, trainable_decoder
+from training.character_decoder import DecoderPhase, clip_condition, stack, trainable_decoder
 from training.character_inputs import INPUTS, read_inputs, write_inputs
 from training.character_phase_b import RepresentationAndStates, keyed_windows, trainable
 from training.config import TrainConfig
@@ -77,10 +77,6 @@ class CharacterResult:
 
 
 Stage = Callable[[str], None]
-
-
-def stack(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
 
 
 def _to_fp32(module: torch.nn.Module) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.character_decoder import DecoderPhase, trainable_decoder
+from training.character_decoder import DecoderPhase, stack, trainable_decoder
 from training.config import TrainConfig
 from training.loop import train
 from worker.pipeline.config import tiny
@@ -45,10 +45,6 @@ def samples(phase: str, count: int = 4) -> list[dict[str, torch.Tensor]]:
             sample["condition"] = torch.randn(CFG.num_query_tokens, dec.hidden_size, generator=g)
         made.append(sample)
     return made
-
-
-def stack(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
 
 
 @torch.no_grad()
