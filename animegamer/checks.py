@@ -39,9 +39,8 @@ class Result:
 
 
 def run_checks(settings: Settings, role: Role = "bot") -> list[Result]:
-    checks: list[Callable[[Settings], Result]] = [queue, blob_store, disk]
-    if role == "bot":
-        checks = [database, discord_token, *checks, workers]
+    shared: list[Callable[[Settings], Result]] = [queue, blob_store, disk]
+    checks = [database, discord_token, *shared, workers] if role == "bot" else [*shared, nudity_detector]
     results = [_guarded(check, settings) for check in checks]
     return results + redis_settings(settings)
 
@@ -100,6 +99,25 @@ def queue(settings: Settings) -> Result:
     except BrokerUnavailable as exc:
         return Result("queue", "fail", str(exc).split(" (")[0], "start it, or fix ANIMEGAMER_BROKER_URL")
     return Result("queue", "ok", shown)
+
+
+def nudity_detector(settings: Settings) -> Result:
+    """The detector every clip passes before it leaves this worker: without it, every clip is withheld."""
+    name, fix = "nudity detector", "pip install '.[worker]' (nudenet, onnxruntime); until then every clip is withheld"
+    try:
+        import numpy as np
+
+        from worker.safety import DetectorUnavailable, NudeNetChecker
+    except ImportError as exc:
+        return Result(name, "fail", f"the worker's libraries are not installed ({exc.name} is missing)", fix)
+    try:
+        checker = NudeNetChecker.load(threads=1)
+    except DetectorUnavailable as exc:
+        return Result(name, "fail", str(exc), fix)
+    report = checker(np.zeros((1, 64, 64, 3), np.uint8))
+    if not report.checked:
+        return Result(name, "fail", f"{checker.name} loads but fails on a blank frame: {report.error}", fix)
+    return Result(name, "ok", f"{checker.name} loads and checked a frame in {1000 * report.seconds:.0f} ms")
 
 
 def blob_store(settings: Settings) -> Result:

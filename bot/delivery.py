@@ -30,8 +30,10 @@ import time
 from typing import TYPE_CHECKING
 
 import discord
+from pydantic import ValidationError
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
+from db import moderation
 from db.jobs import (
     JobInfo,
     earlier_story_turns_unposted,
@@ -40,7 +42,9 @@ from db.jobs import (
     set_job_messages,
     turn_of_job,
     turn_outcome,
+    withhold_clip,
 )
+from game.safety import SafetyPolicy, SafetyReport, Verdict, judge, unchecked
 from media.clips import ClipTooLarge, fit_to_size
 
 if TYPE_CHECKING:
@@ -157,12 +161,16 @@ class Delivery:
         label = turn.label or ""  # the worker's word on its model, not the bot's setting
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""
-        try:
-            clip = await asyncio.to_thread(self._fitted_clip, turn.clip_key, job.guild_id)
-            files.insert(0, discord.File(io.BytesIO(clip), f"turn_{job.id}.mp4"))
-        except (OSError, ClipTooLarge) as exc:
-            log.error("job %s: clip not attachable: %s", job.id, exc)
-            note = "\n(The clip could not be attached: it is missing or too large even after re-encoding.)"
+        verdict = await self._judge(job, turn.safety)
+        if not verdict.post:  # never read, never uploaded
+            note = "\n(This turn's clip was withheld by the server's safety setting.)"
+        else:
+            try:
+                clip = await asyncio.to_thread(self._fitted_clip, turn.clip_key, job.guild_id)
+                files.insert(0, discord.File(io.BytesIO(clip), f"turn_{job.id}.mp4"))
+            except (OSError, ClipTooLarge) as exc:
+                log.error("job %s: clip not attachable: %s", job.id, exc)
+                note = "\n(The clip could not be attached: it is missing or too large even after re-encoding.)"
         name = character.name if character is not None else "A former player"
         embed = state_embed(name, state, instruction=turn.instruction, deltas=deltas, label=label)
 
@@ -185,10 +193,56 @@ class Delivery:
         )
         async with self.bot.sessions() as session, session.begin():
             await set_job_messages(session, job.id, result_message_id=message.id)
+            if verdict.flagged and job.guild_id is not None:  # every decision on a flagged clip, once, with the post
+                action = "clip posted (flagged)" if verdict.post else "clip withheld"
+                await moderation.audit(session, job.guild_id, 0, action, f"job {job.id}", verdict.why[:500])
+            if not verdict.post:
+                await withhold_clip(session, turn.id, verdict.why)
         log.info("job %s posted as message %s", job.id, message.id)
+        if verdict.flagged:
+            done = "flagged clip posted" if verdict.post else "clip withheld"
+            log.warning("job %s: %s: %s", job.id, done, verdict.why)
+        if not verdict.post:
+            if turn.clip_key:
+                await asyncio.to_thread(self.bot.clips.delete, [turn.clip_key])
+            await self.bot.notices.reach(
+                job,
+                f"The clip of your turn `{job.instruction}` was not posted: {verdict.why}. "
+                "The turn still counts: your character was updated and the story goes on.",
+            )
         notices = self.bot.notices
         await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
         notices.forget(job.id)
+
+    async def _judge(self, job: JobInfo, safety: str | None) -> Verdict:
+        """The server's policy over the worker's detector report; a report that cannot be read withholds."""
+        try:
+            report = SafetyReport.model_validate_json(safety or "")
+        except ValidationError:
+            report = unchecked("the worker sent no safety report")
+        async with self.bot.sessions() as session:
+            policy, threshold = await moderation.safety_of(session, job.guild_id)
+        age_restricted = False
+        if policy is SafetyPolicy.AGE_RESTRICTED and report.checked:
+            age_restricted = await self._age_restricted(job.channel_id)
+        return judge(report, threshold or self.bot.settings.safety_threshold, policy, age_restricted)
+
+    async def _age_restricted(self, channel_id: int | None) -> bool:
+        """Whether Discord marks the channel age-restricted (a thread: its parent), asked over REST when this
+        process does not hold the channel's shard; unknown is False, so a flagged clip is withheld."""
+        if channel_id is None:
+            return False
+        channel = self.bot.get_channel(channel_id)
+        try:
+            if channel is None:
+                channel = await self.bot.fetch_channel(channel_id)
+            if isinstance(channel, discord.Thread) and channel.parent is None:
+                channel = await self.bot.fetch_channel(channel.parent_id)
+        except (discord.HTTPException, OSError) as exc:
+            log.info("channel %s: age restriction unknown (%s); a flagged clip is withheld", channel_id, exc)
+            return False
+        is_nsfw = getattr(channel, "is_nsfw", None)
+        return bool(is_nsfw()) if callable(is_nsfw) else False
 
     def _fitted_clip(self, clip_key: str | None, guild_id: int | None) -> bytes:
         if not clip_key:

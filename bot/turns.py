@@ -290,7 +290,12 @@ def queued_text(instruction: str, ahead: int, eta_seconds: float, *, after_story
     return f"🎬 {instruction}\nQueued, {place}; ready <t:{eta}:R>."
 
 
-STAGE_WORDS = {Stage.LOADING: "Loading the model…", Stage.MLLM: "Imagining the turn…", Stage.VAE: "Rendering frames…"}
+STAGE_WORDS = {
+    Stage.LOADING: "Loading the model…",
+    Stage.MLLM: "Imagining the turn…",
+    Stage.VAE: "Rendering frames…",
+    Stage.SAFETY: "Checking the clip…",
+}
 
 
 def progress_text(instruction: str, progress: Progress) -> str:

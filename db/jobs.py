@@ -322,6 +322,7 @@ async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, c
     turn.flow = result.flow
     turn.representation = inline(result.representation, "the result's representation")  # resolved by the caller
     turn.clip_key = clip_key
+    turn.safety = result.safety.model_dump_json()
     turn.timings = json.dumps(result.timings)
     turn.label = result.label[:100]
     await session.flush()
@@ -348,6 +349,12 @@ async def set_job_messages(
         values["result_message_id"] = result_message_id
     if values:
         await session.execute(update(Job).where(Job.id == job_id).values(**values))
+
+
+async def withhold_clip(session: AsyncSession, turn_id: int, why: str) -> None:
+    """Record that a turn's clip was not posted, and why, and forget its stored clip (the caller deletes the file
+    once this commits). The turn itself, its text and its state, stays: the story goes on."""
+    await session.execute(update(Turn).where(Turn.id == turn_id).values(clip_withheld=why[:300], clip_key=None))
 
 
 async def note_cancel_marked(session: AsyncSession, job_id: int) -> None:

@@ -34,6 +34,7 @@ from db.base import Base, CreatedAt, IntPK, Snowflake, Timestamp
 from game.history import DEFAULT_WINDOW, MAX_WINDOW
 from game.instruction import MAX_FIELD_CHARS, MAX_LINE_CHARS
 from game.jobs import IN_FLIGHT, JobStatus  # a job's states are game rules; the table stores them
+from game.safety import SafetyPolicy
 from game.state import DELTA_MAX, DELTA_MIN, STAT_MAX, STAT_MIN, STAT_START
 
 # Guild settings defaults (the single place they live).
@@ -41,6 +42,7 @@ DEFAULT_PAUSED = False
 DEFAULT_TURNS_PER_HOUR = 20
 DEFAULT_MAX_QUEUED_TURNS = 10
 DEFAULT_HISTORY_WINDOW = DEFAULT_WINDOW
+DEFAULT_SAFETY_POLICY = SafetyPolicy.WITHHOLD  # a flagged clip is posted nowhere until an admin says otherwise
 
 
 def status_sql(*statuses: JobStatus) -> str:
@@ -139,6 +141,7 @@ class GuildSettings(Base):
         CheckConstraint("turns_per_hour >= 0", name="turns_per_hour_range"),
         CheckConstraint("max_queued_turns >= 0", name="max_queued_turns_range"),
         CheckConstraint(f"history_window BETWEEN 1 AND {MAX_WINDOW}", name="history_window_range"),
+        CheckConstraint("safety_threshold > 0 AND safety_threshold <= 1", name="safety_threshold_range"),
     )
 
     guild_id: Mapped[Snowflake] = mapped_column(
@@ -154,6 +157,14 @@ class GuildSettings(Base):
     history_window: Mapped[int] = mapped_column(
         default=DEFAULT_HISTORY_WINDOW, server_default=text(str(DEFAULT_HISTORY_WINDOW))
     )
+    # What a clip the detector flags gets (game.safety); the threshold that flags one, NULL: the operator's
+    # ANIMEGAMER_SAFETY_THRESHOLD (revision 0009).
+    safety_policy: Mapped[SafetyPolicy] = mapped_column(
+        _str_enum(SafetyPolicy, "safety_policy"),
+        default=DEFAULT_SAFETY_POLICY,
+        server_default=DEFAULT_SAFETY_POLICY.value,
+    )
+    safety_threshold: Mapped[float | None] = mapped_column(Float)
 
     guild: Mapped[Guild] = relationship(back_populates="settings", lazy="raise_on_sql")
 
@@ -420,6 +431,10 @@ class Turn(Base):
     clip_expired_at: Mapped[Timestamp | None]
     # What a viewer must be told about the model that made it, as the worker's result said (revision 0005).
     label: Mapped[str | None] = mapped_column(String(100))
+    # The worker's nudity detector report (game.safety.SafetyReport as JSON), and why the bot did not post the clip
+    # (NULL when it did, or before it decided): revision 0009.
+    safety: Mapped[str | None] = mapped_column(Text)
+    clip_withheld: Mapped[str | None] = mapped_column(String(300))
 
     character: Mapped[Character | None] = relationship(back_populates="turns", lazy="raise_on_sql")
     story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from db.base import utcnow
 from db.jobs import status_in
 from db.models import (
+    DEFAULT_SAFETY_POLICY,
     IN_FLIGHT,
     AllowedChannel,
     AuditLog,
@@ -32,6 +33,7 @@ from db.models import (
     Turn,
 )
 from db.queries import get_guild_settings, get_or_create_guild, insert_ignore
+from game.safety import SafetyPolicy
 from game.text import TextError, clean_text, find_term, skeleton
 
 
@@ -280,3 +282,28 @@ async def set_paused(session: AsyncSession, guild_id: int, paused: bool) -> bool
     settings.paused = paused
     await session.flush()
     return changed
+
+
+async def safety_of(session: AsyncSession, guild_id: int | None) -> tuple[SafetyPolicy, float | None]:
+    """A server's safety policy and its own threshold (None: the operator's); read only, defaults for a stranger."""
+    row = (
+        await session.execute(
+            select(GuildSettings.safety_policy, GuildSettings.safety_threshold).where(
+                GuildSettings.guild_id == guild_id
+            )
+        )
+    ).one_or_none()
+    return (row[0], row[1]) if row is not None else (DEFAULT_SAFETY_POLICY, None)
+
+
+async def set_safety(
+    session: AsyncSession, guild_id: int, policy: SafetyPolicy | None, threshold: float | None
+) -> tuple[SafetyPolicy, float | None]:
+    """Set what a flagged clip gets and the score that flags one; None leaves either as it is."""
+    settings = await get_guild_settings(session, guild_id)
+    if policy is not None:
+        settings.safety_policy = policy
+    if threshold is not None:
+        settings.safety_threshold = threshold
+    await session.flush()
+    return settings.safety_policy, settings.safety_threshold

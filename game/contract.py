@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from game.history import MAX_WINDOW
 from game.instruction import parse
+from game.safety import SafetyReport
 from game.state import StateDeltas
 
-CONTRACT_VERSION = 2  # 2: large bytes may be a BlobRef into the shared blob store
+CONTRACT_VERSION = 3  # 2: large bytes may be a BlobRef into the shared blob store; 3: a result carries its safety
 TASK_NAME = "animegamer.generate_turn"
 RESULT_KEEP_SECONDS = 24 * 3600  # a finished turn's result, and its blobs, wait this long for the bot to read them
 
@@ -45,6 +46,7 @@ class Stage(enum.StrEnum):
     MLLM = "mllm"  # the state pass and the representation pass
     DENOISE = "denoise"  # one report per solver step: the only stage with a meaningful step count
     VAE = "vae"
+    SAFETY = "safety"  # the nudity detector over the frames
     ENCODE = "encode"  # frames to MP4
 
 
@@ -80,7 +82,7 @@ _WIRE = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64"
 class _Versioned(BaseModel):
     model_config = _WIRE
 
-    version: Literal[2] = CONTRACT_VERSION
+    version: Literal[3] = CONTRACT_VERSION
 
     @model_validator(mode="before")
     @classmethod
@@ -153,3 +155,5 @@ class TurnResult(_Versioned):
     width: int
     fps: int
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
+    # Required: a worker that ran no detector says so (game.safety.unchecked), and the bot withholds the clip.
+    safety: SafetyReport = Field(description="the nudity detector's scores over the clip's frames")

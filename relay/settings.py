@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     recap_cooldown_seconds: float = Field(default=300.0, ge=0)  # least time between two /story recap of one story
     # Retention (db.retention): each character's and story's newest 5 turns keep both, whatever their age.
     clip_retention_days: int = Field(default=30, ge=0)  # older turns' clip files are deleted; 0: kept forever
+    # The nudity score (0..1) that flags a clip, for servers that set none with /admin safety (game/safety.py says
+    # how the default was measured).
+    safety_threshold: float = Field(default=0.5, gt=0.0, le=1.0)
     representation_retention_days: int = Field(default=7, ge=0)  # older turns' representations too; 0: forever
     retention_interval_seconds: float = Field(default=3600.0, gt=0)  # how often the bot applies them
 

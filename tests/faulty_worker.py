@@ -9,6 +9,9 @@
   ``STORE_STALL_SECONDS`` in the result store, so its soft time limit lands while progress is being stored.
 - A turn whose instruction says "stranger" returns a real result made for another job id: a result that
   does not fit the job it is delivered for.
+- A turn whose instruction says "flagged" has its middle frame scored by the real detector and then raised to
+  ``FLAGGED_SCORE`` for FEMALE_BREAST_EXPOSED: a detector that flags the frame the test chose.
+- A turn whose instruction says "blinded" has its detector raise (as a failed onnxruntime session would).
 
 Every other turn runs the real pipeline untouched, so a test can also show that play carries on.
 """
@@ -24,13 +27,17 @@ from celery import Task
 
 from animegamer.cli import main
 from worker.pipeline.pipeline import AnimeGamerPipeline
+from worker.safety import LABELS, NudeNetChecker
 
 SLOW_STEP_SECONDS = 0.2
 STORE_STALL_SECONDS = 1.0
+FLAGGED_SCORE = 0.97
 
 real_call = AnimeGamerPipeline.__call__
 real_update_state = Task.update_state
+real_scores = NudeNetChecker.scores
 store_stalls = False
+instruction = ""  # the turn this pool child computes now (one at a time)
 
 
 def update_state_stalling(self: Task, *args: Any, **kwargs: Any) -> None:
@@ -40,7 +47,19 @@ def update_state_stalling(self: Task, *args: Any, **kwargs: Any) -> None:
     return real_update_state(self, *args, **kwargs)
 
 
+def scores_as_told(self: NudeNetChecker, frames):
+    """The real detector's scores, then what the turn's instruction asks for."""
+    if "blinded" in instruction:
+        raise RuntimeError("the detector's session failed")
+    scores = real_scores(self, frames)
+    if "flagged" in instruction:
+        scores[len(frames) // 2, LABELS.index("FEMALE_BREAST_EXPOSED")] = FLAGGED_SCORE
+    return scores
+
+
 def misbehave_on_request(self, request, on_progress=None):
+    global instruction
+    instruction = request.instruction
     report = on_progress or (lambda stage, step, total: None)
     if "hang" in request.instruction:
         report("mllm", 0, 2)
@@ -69,6 +88,7 @@ def misbehave_on_request(self, request, on_progress=None):
 
 AnimeGamerPipeline.__call__ = misbehave_on_request  # patched in the parent: the pool's children inherit it
 Task.update_state = update_state_stalling
+NudeNetChecker.scores = scores_as_told
 
 if __name__ == "__main__":
     sys.exit(main(["worker", *sys.argv[1:]]))

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from game.contract import TurnResult
+from game.safety import SafetyReport
 from game.state import StateDeltas
 
 
 def turn_result(job_id: int | str = 1, **fields: Any) -> TurnResult:
     """A small valid result for ``job_id``: +1 motion, social and entertainment, -1 stamina, an empty clip and a
-    one-frame 8 x 8 size; ``fields`` replace any of them."""
+    one-frame 8 x 8 size, checked and clean; ``fields`` replace any of them."""
     values: dict[str, Any] = {
         "job_id": str(job_id),
         "model": "tiny",
@@ -24,5 +25,6 @@ def turn_result(job_id: int | str = 1, **fields: Any) -> TurnResult:
         "height": 8,
         "width": 8,
         "fps": 8,
+        "safety": SafetyReport(detector="test", scores={"FACE_FEMALE": 0.9}, frames=1),
     }
     return TurnResult(**(values | fields))

@@ -131,7 +131,10 @@ class PipelineTask(Task):
     @property
     def pipelines(self) -> dict[str, AnimeGamerPipeline]:
         if self._pipelines is None:
+            import torch
+
             from worker.pipeline.loading import load_pipelines, tune_sampler
+            from worker.safety import load_checker
 
             settings = get_settings()
             pipelines = load_pipelines(
@@ -148,6 +151,9 @@ class PipelineTask(Task):
                 skip_unconditional_below=settings.skip_unconditional_below,
                 step_cache_below=settings.step_cache_below,
             )
+            checker = load_checker(threads=torch.get_num_threads())  # one detector for every pipeline of this process
+            for pipeline in pipelines.values():
+                pipeline.safety_checker = checker
             self._pipelines = {character.casefold(): pipeline for character, pipeline in pipelines.items()}
         return self._pipelines
 
@@ -312,6 +318,15 @@ def readiness(model: str, queues: list[str], preload: bool) -> tuple[bool, dict[
         "model": model,
         "loaded": pipelines is not None,
         "characters": sorted(pipelines) if pipelines is not None else [],
+        # Which detector checks its clips; without one, every clip it makes is withheld (worker/safety.py).
+        "detector": _detector_name(pipelines),
         "queues": queues,
     }
     return ready, report
+
+
+def _detector_name(pipelines: dict[str, AnimeGamerPipeline] | None) -> str:
+    checker = next(iter(pipelines.values())).safety_checker if pipelines else None
+    if checker is None:
+        return ""
+    return getattr(checker, "name", None) or f"none: {getattr(checker, 'why', type(checker).__name__)}"

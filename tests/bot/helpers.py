@@ -21,6 +21,7 @@ from db.engine import make_engine, make_sessionmaker
 from db.jobs import apply_result, create_turn, set_job_messages
 from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
 from db.queries import get_or_create_character
+from game.safety import SafetyReport
 from relay.celery_app import make_celery
 from relay.settings import Settings
 from tests.discord_double import DiscordDouble, InteractionHandle, Recorded
@@ -66,6 +67,7 @@ ALL_COMMANDS: list[tuple[str, Callable[[DiscordDouble], dict]]] = [
     ("admin pause", lambda d: {}),
     ("admin resume", lambda d: {}),
     ("admin purge", lambda d: {"user": _someone(d)}),
+    ("admin safety", lambda d: {"policy": "age_restricted", "threshold": 0.6}),
     ("admin audit", lambda d: {}),
     ("admin stats", lambda d: {}),
 ]
@@ -148,11 +150,13 @@ async def seed_turn(
     character: str = "Qiqi",
     done: bool = False,
     line: str | None = None,
+    posted: bool = True,
+    safety: SafetyReport | None = None,
 ) -> int:
     """A turn as /act leaves it (queued; its task never sent, so it stays in flight), or finished and posted.
 
-    A finished turn has its result applied and its clip written where the delivery loop writes clips.
-    Returns the job id.
+    A finished turn has its result applied (with ``safety`` as its detector report, clean by default) and its clip
+    written where the delivery loop writes clips; unless ``posted``, the delivery loop posts it. Returns the job id.
     """
     async with db_session(settings) as session:
         played = await get_or_create_character(session, guild_id, user_id, character)
@@ -170,8 +174,10 @@ async def seed_turn(
             clip = clip_path(settings, guild_id, job.id)
             clip.parent.mkdir(parents=True, exist_ok=True)
             clip.write_bytes(b"not really an mp4")
-            assert await apply_result(session, job.id, turn_result(job.id), ClipStore.key(guild_id, job.id))
-            await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
+            result = turn_result(job.id, **({"safety": safety} if safety is not None else {}))
+            assert await apply_result(session, job.id, result, ClipStore.key(guild_id, job.id))
+            if posted:
+                await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
         return job.id
 
 

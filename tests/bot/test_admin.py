@@ -52,6 +52,7 @@ ADMIN_COMMANDS = [
     ("pause", {}, "pause"),
     ("resume", {}, "resume"),
     ("purge", {"user": ALICE}, "purge"),
+    ("safety", {"policy": "age_restricted", "threshold": 0.6}, "safety"),
     ("audit", {}, None),
     ("stats", {}, None),
 ]

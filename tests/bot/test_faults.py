@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from db.models import AuditLog, Character, Job, JobStatus
+from db.models import AuditLog, Character, Job, JobStatus, Turn
 from relay.settings import Settings
 from tests.bot.conftest import read_db, running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, dead_queue, private_text, refusal, running_bot_on, shown
@@ -355,6 +355,28 @@ async def test_a_result_that_does_not_fit_its_job_fails_that_turn_with_a_message
     assert "someone-else" in error and stamina == 50  # logged for the operator, and the character untouched
     assert audit[0][0].startswith("J") and "handed to job" in audit[0][0]  # the error id and a few words for admins
     assert clip_posts(double) == []
+
+
+async def test_a_clip_the_detector_flags_or_cannot_check_is_withheld_and_the_next_is_posted(double, tmp_path):
+    """A real worker whose detector flags the frame a test chooses ("flagged"), or raises ("blinded")."""
+    worker = faulty_worker(tmp_path, "sqlite")
+    settings = settings_beside(worker, tmp_path)
+    try:
+        async with running_bot(double, settings, worker):
+            await start(double)
+            for motion in ("flagged wave", "blinded wave", "gently wave"):
+                await accepted(await double.slash("act", {"motion": motion, "background": "day town"}, user=ALICE))
+                await done(settings, count=["flagged wave", "blinded wave", "gently wave"].index(motion) + 1)
+            told = [shown(c)["content"] for c in double.calls_to("POST", WEBHOOK_PATH) if "not posted" in str(c.json)]
+        withheld = await read_db(settings, select(Turn.clip_withheld).order_by(Turn.id))
+        audit = await read_db(settings, select(AuditLog.action, AuditLog.details).order_by(AuditLog.id))
+    finally:
+        worker.kill()
+    assert len(clip_posts(double)) == 1  # only the third turn's clip was ever uploaded
+    assert "female breast exposed, 0.97" in withheld[0][0] and "could not be checked" in withheld[1][0]
+    assert withheld[2][0] is None
+    assert [action for action, _ in audit] == ["clip withheld", "clip withheld"]
+    assert len(told) == 2 and "still counts" in told[0]
 
 
 # -- cancel ----------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,21 @@ def test_a_missing_or_misshapen_token_fails_and_is_never_printed(settings: Setti
 
 def test_a_worker_machine_is_not_asked_for_a_database_a_token_or_workers(tmp_path: Path) -> None:
     names = {result.name for result in run_checks(Settings(data_dir=tmp_path), "worker")}
-    assert names == {"queue", "blob store", "disk"}
+    assert names == {"queue", "blob store", "disk", "nudity detector"}
+
+
+def test_a_worker_machine_is_told_its_nudity_detector_loads(tmp_path: Path) -> None:
+    result = by_name(run_checks(Settings(data_dir=tmp_path), "worker"))["nudity detector"]
+    assert result.status == "ok" and "nudenet" in result.detail and "checked a frame" in result.detail
+
+
+def test_a_worker_without_the_detector_fails_the_check_and_says_clips_are_withheld(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "nudenet", None)  # as on a machine where it was never installed
+    result = by_name(run_checks(Settings(data_dir=tmp_path), "worker"))["nudity detector"]
+    assert result.status == "fail" and "nudenet is missing" in result.detail
+    assert "every clip is withheld" in result.fix
 
 
 def test_the_command_prints_json_exits_1_on_a_failure_and_never_the_token(

@@ -86,6 +86,7 @@ def _schema_sql(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
         sql = re.sub(r"\s+", " ", sql).strip()
         sql = re.sub(r'^CREATE TABLE "(\w+)"', r"CREATE TABLE \1", sql)
         sql = sql.replace("DEFAULT (CURRENT_TIMESTAMP)", "DEFAULT CURRENT_TIMESTAMP")
+        sql = re.sub(r"DEFAULT \((-?\d+)\)", r"DEFAULT \1", sql)  # a table batch mode rebuilt: the same default
         if sql.startswith("CREATE TABLE"):
             sql = sql.removesuffix(")").rstrip()  # the table's closing parenthesis
         head, *constraints = re.split(r",? CONSTRAINT ", sql)
@@ -142,7 +143,7 @@ async def _create_all(url: str) -> None:
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0008"
+    assert head_revision() == "0009"
     assert await current_revision(db_url) == head_revision()
 
 

@@ -167,6 +167,7 @@ class Channel:
     archive_timestamp: str = field(default_factory=now_iso)
     owner_id: int | None = None  # who started the thread; Guild fills in its owner
     recipient: User | None = None  # DMs
+    nsfw: bool = False  # Discord's "age-restricted channel"; a thread is as its parent
 
     @property
     def is_thread(self) -> bool:
@@ -183,7 +184,7 @@ class Channel:
             "name": self.name,
             "position": self.position,
             "permission_overwrites": [],
-            "nsfw": False,
+            "nsfw": self.nsfw,
             "parent_id": str(self.parent_id) if self.parent_id is not None else None,
             "topic": None,
             "rate_limit_per_user": 0,

@@ -3,7 +3,9 @@ from pydantic import ValidationError
 
 from game.contract import CONTRACT_VERSION, BlobRef, HistoryTurn, TurnRequest, TurnResult, UnresolvedBlob, inline
 from game.history import past_turns_for
+from game.safety import SafetyReport
 from game.state import StateDeltas
+from tests.results import turn_result
 
 LINE = "Character: Qiqi; Motion: gently lie down; Background: day grass."
 ZERO = StateDeltas(motion=0, social=0, entertainment=0, stamina=0)
@@ -51,8 +53,22 @@ def test_a_request_from_another_contract_version_is_refused():
 def test_a_request_of_the_first_contract_version_is_refused_as_another_release():
     """Version 1 carried every blob inline; its workers cannot read references."""
     data = TurnRequest(job_id="1", instruction=LINE, seed=1).model_dump(mode="json") | {"version": 1}
-    with pytest.raises(ValidationError, match="contract version 1 reached a side that speaks version 2"):
+    with pytest.raises(ValidationError, match="contract version 1 reached a side that speaks version 3"):
         TurnRequest.model_validate(data)
+
+
+def test_a_result_of_the_second_contract_version_is_refused_as_another_release():
+    """Version 2 results carried no safety report: a bot of this release would have no word on their clips."""
+    data = turn_result(1).model_dump(mode="json") | {"version": 2}
+    with pytest.raises(ValidationError, match="contract version 2 reached a side that speaks version 3"):
+        TurnResult.model_validate(data)
+
+
+def test_a_result_must_carry_a_safety_report():
+    data = turn_result(1).model_dump(mode="json")
+    del data["safety"]
+    with pytest.raises(ValidationError, match="safety"):
+        TurnResult.model_validate(data)
 
 
 def test_a_past_representation_may_cross_as_a_blob_reference():
@@ -86,6 +102,7 @@ def test_a_result_survives_json_with_its_clip_bytes():
         height=64,
         width=96,
         fps=8,
+        safety=SafetyReport(detector="nudenet", scores={"FACE_FEMALE": 0.81, "BUTTOCKS_EXPOSED": 0.02}, frames=17),
     )
     assert TurnResult.model_validate(result.model_dump(mode="json")) == result
 

@@ -49,7 +49,15 @@ def test_random_weights_are_labelled_as_such(first_turn):
 
 
 def test_every_stage_is_timed(first_turn):
-    assert set(first_turn.timings) == {"prompt", "state_pass", "representation_pass", "denoise", "vae", "encode"}
+    assert set(first_turn.timings) == {
+        "prompt",
+        "state_pass",
+        "representation_pass",
+        "denoise",
+        "vae",
+        "safety",
+        "encode",
+    }
 
 
 def test_the_same_seed_gives_the_same_bytes(first_turn, tiny_pipeline):
@@ -102,7 +110,13 @@ def test_progress_reports_every_denoising_step(tiny_pipeline):
     steps = [step for stage, step, _ in seen if stage is Stage.DENOISE]
     assert steps == list(range(tiny_pipeline.config.sampler.num_steps + 1))
     stages = list(dict.fromkeys(stage for stage, _, _ in seen))
-    assert stages == [Stage.MLLM, Stage.DENOISE, Stage.VAE, Stage.ENCODE]  # every report a Stage, in order
+    assert stages == [
+        Stage.MLLM,
+        Stage.DENOISE,
+        Stage.VAE,
+        Stage.SAFETY,
+        Stage.ENCODE,
+    ]  # every report a Stage, in order
 
 
 def test_a_history_representation_of_the_wrong_shape_is_refused_before_any_work(first_turn, tiny_pipeline):

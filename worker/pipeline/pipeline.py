@@ -21,6 +21,7 @@ from safetensors.torch import save as save_safetensors
 
 from game.contract import ProgressFn, Stage, TurnRequest, TurnResult, inline
 from game.motion import flow_for
+from game.safety import SafetyReport, unchecked
 from game.state import StateDeltas
 from media.mp4 import encode_mp4
 from worker.pipeline.characters import SharedMLLM
@@ -34,6 +35,7 @@ from worker.pipeline.sampler import DPMSolverSDESampler
 from worker.pipeline.step_cache import StepCache
 from worker.pipeline.tokenizer import AnimeGamerTokenizer, ByteBase
 from worker.pipeline.vae import build_vae, conv3d_by_frames, decode_latents
+from worker.safety import ClipChecker
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ class AnimeGamerPipeline:
     shared: SharedMLLM | None = None  # one MLLM base serving several characters' pipelines
     character: str = ""  # whose parts ``shared`` switches to before this pipeline's MLLM passes
     steps_reused: int = 0  # the last turn's denoising steps the step cache answered (benchmarks/compute_cuts.py)
+    # The nudity detector over every clip (worker/safety.py), as diffusers' pipelines carry a safety checker; None:
+    # the clip leaves unchecked and the bot withholds it.
+    safety_checker: ClipChecker | None = None
 
     def __post_init__(self) -> None:
         if self.device.type == "cpu":
@@ -135,7 +140,13 @@ class AnimeGamerPipeline:
         cfg = self.config
         clip = self.render(request, report)
 
-        # 6. Encode the clip.
+        # 6. Check the frames before they become a clip anyone can post.
+        report(Stage.SAFETY, 0, 1)
+        with _timed(clip.timings, "safety"):
+            safety = self.check(clip.frames)
+        report(Stage.SAFETY, 1, 1)
+
+        # 7. Encode the clip.
         report(Stage.ENCODE, 0, 1)
         with _timed(clip.timings, "encode"):
             mp4 = encode_mp4(clip.frames, cfg.fps)
@@ -155,7 +166,14 @@ class AnimeGamerPipeline:
             width=int(clip.frames.shape[2]),
             fps=cfg.fps,
             timings=clip.timings,
+            safety=safety,
         )
+
+    def check(self, frames: np.ndarray) -> SafetyReport:
+        """The detector's report on ``frames`` (T, H, W, 3); with no detector, a report that says so."""
+        if self.safety_checker is None:
+            return unchecked("this worker's pipeline has no nudity detector")
+        return self.safety_checker(frames)
 
     @torch.no_grad()
     def render(self, request: TurnRequest, on_progress: ProgressFn | None = None) -> Rendered:

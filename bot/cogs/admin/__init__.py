@@ -16,6 +16,7 @@ from discord.ext import commands
 
 from bot.cogs.admin.data import DataCommands
 from bot.cogs.admin.moderation import ModerationCommands
+from bot.cogs.admin.safety import SafetyCommands
 from bot.cogs.admin.settings import SettingsCommands
 from bot.errors import Refusal, defer_privately
 
@@ -33,6 +34,7 @@ def has_manage_guild(interaction: discord.Interaction) -> bool:
 class Admin(
     ModerationCommands,
     SettingsCommands,
+    SafetyCommands,
     DataCommands,
     commands.GroupCog,
     group_name="admin",
