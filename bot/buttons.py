@@ -1,9 +1,9 @@
 """The buttons under every posted turn and the Continue form: registered by the app, used by the delivery.
 
-The three result buttons are one ``DynamicItem``: the job id and the action live in the custom
+The five result buttons are one ``DynamicItem``: the job id and the action live in the custom
 id (``ag:turn:<job>:<action>``), so they work on any message after any restart without a view
 being kept in memory. Each re-reads the job from the database and checks it belongs to this
-server (and, for Reroll and Continue, to this player) before doing anything. A vote round's buttons are
+server (and, for Reroll, Continue and Delete, to this player) before doing anything. A vote round's buttons are
 beside these, in bot/votes.py.
 """
 
@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 
-from bot.errors import Refusal, refuse_or_raise
+from bot.errors import Refusal, defer_privately, fill, refuse_or_raise
+from bot.reports import take_down_clip
 from bot.turns import TurnInput, submit_turn
+from db import reports
 from db.jobs import turn_of_job
 from db.models import Job, JobKind, Story, Turn
+from game.safety import SafetyReport
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -68,6 +71,15 @@ async def details(interaction: discord.Interaction, job_id: int) -> None:
     timings = json.loads(turn.timings or "{}")
     lines = [f"Job {job.id}, seed {turn.seed}, model {turn.model}, flow {turn.flow}"]
     lines += [f"{stage}: {seconds:.2f} s" for stage, seconds in timings.items()]
+    if turn.safety:
+        report = SafetyReport.model_validate_json(turn.safety)
+        label, score = report.unsafe()
+        checked = f"checked by {report.detector}: highest nudity score {score:.2f}" if report.checked else "not checked"
+        lines.append(f"clip {checked}" + (f" ({label.lower()})" if label and report.checked else ""))
+    if turn.clip_withheld:
+        lines.append(f"clip withheld: {turn.clip_withheld}")
+    if turn.clip_removed_at is not None:
+        lines.append(f"clip taken down <t:{int(turn.clip_removed_at.timestamp())}:R>")
     if turn.clip_expired_at is not None:
         lines.append(f"clip expired <t:{int(turn.clip_expired_at.timestamp())}:R> (the bot keeps clips for a while)")
     if job.started_at and job.finished_at:
@@ -75,17 +87,43 @@ async def details(interaction: discord.Interaction, job_id: int) -> None:
     await interaction.response.send_message("\n".join(lines), ephemeral=True)
 
 
+async def report(interaction: discord.Interaction, job_id: int) -> None:
+    """Any member may report a clip to the server's admins, once; they see it in /admin reports."""
+    bot: AnimeGamerBot = interaction.client
+    job, turn = await _job_for(interaction, job_id, owner_only=False)
+    if turn.clip_removed_at is not None:
+        raise Refusal("That clip was already taken down.")
+    async with bot.sessions() as session, session.begin():
+        added = await reports.add_report(session, job.guild_id, turn.id, interaction.user.id)
+    text = "Reported to this server's admins. Thank you." if added else "You already reported this clip."
+    await interaction.response.send_message(text, ephemeral=True)
+
+
+async def delete(interaction: discord.Interaction, job_id: int) -> None:
+    """A player may take down their own turn's clip; the turn and the character's state stay."""
+    bot: AnimeGamerBot = interaction.client
+    job, turn = await _job_for(interaction, job_id, owner_only=True)
+    await defer_privately(interaction)  # a Discord delete and a database write follow
+    if not await take_down_clip(bot, job, turn, actor_id=interaction.user.id, action="clip deleted by its player"):
+        raise Refusal("That clip was already taken down.")
+    await fill(interaction, "Your clip is deleted. The turn still counts.", ephemeral=True)
+
+
 # action -> (label, emoji, style, handler), in the order the buttons appear
 ACTIONS: dict[str, tuple[str, str, discord.ButtonStyle, Callable[[discord.Interaction, int], Awaitable[None]]]] = {
     "reroll": ("Reroll", "🎲", discord.ButtonStyle.secondary, reroll),
     "continue": ("Continue", "▶️", discord.ButtonStyle.primary, continue_),
     "details": ("Details", "🔎", discord.ButtonStyle.secondary, details),
+    "report": ("Report", "🚩", discord.ButtonStyle.secondary, report),
+    "delete": ("Delete", "🗑️", discord.ButtonStyle.danger, delete),
 }
 
 
-class TurnButton(
-    discord.ui.DynamicItem[discord.ui.Button], template=r"ag:turn:(?P<job>[0-9]+):(?P<action>reroll|continue|details)"
-):
+CLIP_ACTIONS = ("report", "delete")  # only under a post that carries its clip
+TEMPLATE = r"ag:turn:(?P<job>[0-9]+):(?P<action>" + "|".join(ACTIONS) + ")"
+
+
+class TurnButton(discord.ui.DynamicItem[discord.ui.Button], template=TEMPLATE):
     """One of the buttons under a posted turn; everything it needs is in its custom id."""
 
     def __init__(self, job_id: int, action: str) -> None:
@@ -106,10 +144,12 @@ class TurnButton(
             await refuse_or_raise(interaction, exc)
 
 
-def result_view(job_id: int) -> discord.ui.View:
+def result_view(job_id: int, *, clip: bool = True) -> discord.ui.View:
+    """The buttons under a posted turn; Report and Delete only where its clip was posted."""
     view = discord.ui.View(timeout=None)
     for action in ACTIONS:
-        view.add_item(TurnButton(job_id, action))
+        if clip or action not in CLIP_ACTIONS:
+            view.add_item(TurnButton(job_id, action))
     return view
 
 

@@ -30,21 +30,21 @@ import time
 from typing import TYPE_CHECKING
 
 import discord
-from pydantic import ValidationError
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
+from bot.safety import ClipRules
 from db import moderation
 from db.jobs import (
     JobInfo,
     earlier_story_turns_unposted,
     jobs_to_post,
     note_post_failure,
+    record_post,
     set_job_messages,
     turn_of_job,
     turn_outcome,
     withhold_clip,
 )
-from game.safety import SafetyPolicy, SafetyReport, Verdict, judge, unchecked
 from media.clips import ClipTooLarge, fit_to_size
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class Delivery:
         label = turn.label or ""  # the worker's word on its model, not the bot's setting
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""
-        verdict = await self._judge(job, turn.safety)
+        verdict = (await ClipRules.of(self.bot, job.guild_id, job.channel_id)).judge(turn.safety)
         if not verdict.post:  # never read, never uploaded
             note = "\n(This turn's clip was withheld by the server's safety setting.)"
         else:
@@ -186,22 +186,27 @@ class Delivery:
             content=f"<@{job.user_id}>{note}",
             embed=embed,
             files=files,
-            view=result_view(job.id),
+            view=result_view(job.id, clip=len(files) > 1),  # the gauges, and the clip when it is attached
             reference=reference,
             allowed_mentions=discord.AllowedMentions(users=[discord.Object(job.user_id or 0)]),
             nonce=f"agjob{job.id}",  # Discord dedupes a repeat within minutes: posted once
         )
         async with self.bot.sessions() as session, session.begin():
-            await set_job_messages(session, job.id, result_message_id=message.id)
-            if verdict.flagged and job.guild_id is not None:  # every decision on a flagged clip, once, with the post
+            first = await record_post(session, job.id, message.id)
+            if first and verdict.flagged and job.guild_id is not None:  # every decision on a flagged clip, once
                 action = "clip posted (flagged)" if verdict.post else "clip withheld"
                 await moderation.audit(session, job.guild_id, 0, action, f"job {job.id}", verdict.why[:500])
-            if not verdict.post:
+            if first and not verdict.post:
                 await withhold_clip(session, turn.id, verdict.why)
+        if not first:
+            log.info("job %s was recorded as posted by another process (message %s)", job.id, message.id)
+            return
         log.info("job %s posted as message %s", job.id, message.id)
         if verdict.flagged:
             done = "flagged clip posted" if verdict.post else "clip withheld"
             log.warning("job %s: %s: %s", job.id, done, verdict.why)
+            decision = "posted_flagged" if verdict.post else f"withheld_{'flagged' if verdict.checked else 'unchecked'}"
+            self.bot.metrics.clip_safety.labels(decision).inc()
         if not verdict.post:
             if turn.clip_key:
                 await asyncio.to_thread(self.bot.clips.delete, [turn.clip_key])
@@ -213,36 +218,6 @@ class Delivery:
         notices = self.bot.notices
         await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
         notices.forget(job.id)
-
-    async def _judge(self, job: JobInfo, safety: str | None) -> Verdict:
-        """The server's policy over the worker's detector report; a report that cannot be read withholds."""
-        try:
-            report = SafetyReport.model_validate_json(safety or "")
-        except ValidationError:
-            report = unchecked("the worker sent no safety report")
-        async with self.bot.sessions() as session:
-            policy, threshold = await moderation.safety_of(session, job.guild_id)
-        age_restricted = False
-        if policy is SafetyPolicy.AGE_RESTRICTED and report.checked:
-            age_restricted = await self._age_restricted(job.channel_id)
-        return judge(report, threshold or self.bot.settings.safety_threshold, policy, age_restricted)
-
-    async def _age_restricted(self, channel_id: int | None) -> bool:
-        """Whether Discord marks the channel age-restricted (a thread: its parent), asked over REST when this
-        process does not hold the channel's shard; unknown is False, so a flagged clip is withheld."""
-        if channel_id is None:
-            return False
-        channel = self.bot.get_channel(channel_id)
-        try:
-            if channel is None:
-                channel = await self.bot.fetch_channel(channel_id)
-            if isinstance(channel, discord.Thread) and channel.parent is None:
-                channel = await self.bot.fetch_channel(channel.parent_id)
-        except (discord.HTTPException, OSError) as exc:
-            log.info("channel %s: age restriction unknown (%s); a flagged clip is withheld", channel_id, exc)
-            return False
-        is_nsfw = getattr(channel, "is_nsfw", None)
-        return bool(is_nsfw()) if callable(is_nsfw) else False
 
     def _fitted_clip(self, clip_key: str | None, guild_id: int | None) -> bytes:
         if not clip_key:

@@ -14,6 +14,8 @@ they always count, and the endpoint only decides whether anyone can read the cou
 - Turns by outcome, counted by whoever made the move, after its transaction committed and only if
   its guarded UPDATE matched, so each turn ends in exactly one count.
 - Clip posts retried, and posts given up as undeliverable.
+- Clips the safety policy decided on: flagged and posted in an age-restricted channel, flagged and withheld,
+  unchecked (no detector on the worker, or it failed) and withheld. A rise in the last is a worker to fix.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ WAITING_LIMIT = 10_000  # interactions received and not yet answered that are re
 SUBCOMMAND, SUBCOMMAND_GROUP = 1, 2  # Discord's option types that name a part of the command
 
 
+SAFETY_DECISIONS = ("posted_flagged", "withheld_flagged", "withheld_unchecked")
+
+
 class BotMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -79,8 +84,16 @@ class BotMetrics:
             "Finished turns whose clip will never be posted (refused for good, or too many failures).",
             registry=self.registry,
         )
+        self.clip_safety = Counter(
+            "animegamer_clip_safety",
+            "Clips the nudity check had a say on, by decision.",
+            ["decision"],
+            registry=self.registry,
+        )
         for outcome in OUTCOMES:  # present at 0, so rate() and alerts see a series before the first one
             self.turns.labels(outcome)
+        for decision in SAFETY_DECISIONS:
+            self.clip_safety.labels(decision)
         self._waiting: dict[int, tuple[float, str]] = {}  # interaction id -> (received, command label)
         self._queues_seen: set[tuple[str, str]] = set()
         self._server: WSGIServer | None = None

@@ -351,6 +351,15 @@ async def set_job_messages(
         await session.execute(update(Job).where(Job.id == job_id).values(**values))
 
 
+async def record_post(session: AsyncSession, job_id: int, message_id: int) -> bool:
+    """Record a finished turn's posted message, once: False when another process (or an earlier try) recorded it,
+    so what follows a post (its audit row, a withheld clip's cleanup) happens once however many posted it."""
+    done = await session.execute(
+        update(Job).where(Job.id == job_id, Job.result_message_id.is_(None)).values(result_message_id=message_id)
+    )
+    return bool(done.rowcount)
+
+
 async def withhold_clip(session: AsyncSession, turn_id: int, why: str) -> None:
     """Record that a turn's clip was not posted, and why, and forget its stored clip (the caller deletes the file
     once this commits). The turn itself, its text and its state, stays: the story goes on."""

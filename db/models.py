@@ -435,6 +435,9 @@ class Turn(Base):
     # (NULL when it did, or before it decided): revision 0009.
     safety: Mapped[str | None] = mapped_column(Text)
     clip_withheld: Mapped[str | None] = mapped_column(String(300))
+    # When its posted clip was taken down, by an admin after reports or by its player (revision 0010): the message
+    # and the stored clip are gone, the turn's text and state stay.
+    clip_removed_at: Mapped[Timestamp | None]
 
     character: Mapped[Character | None] = relationship(back_populates="turns", lazy="raise_on_sql")
     story: Mapped[Story | None] = relationship(back_populates="turns", lazy="raise_on_sql")
@@ -571,6 +574,29 @@ class AuditLog(Base):
     created_at: Mapped[CreatedAt]
 
 
+class ClipReport(Base):
+    """A player's report of a posted clip, for the server's admins (``/admin reports``); one per player and clip.
+
+    Open until an admin removes the clip or dismisses the reports (``resolution``); its turn's deletion (a purge)
+    takes it along.
+    """
+
+    __tablename__ = "clip_reports"
+    __table_args__ = (
+        UniqueConstraint("turn_id", "reporter_id"),
+        Index("ix_clip_reports_guild_id_resolved_at", "guild_id", "resolved_at"),
+    )
+
+    id: Mapped[IntPK]
+    guild_id: Mapped[Snowflake] = mapped_column(ForeignKey("guilds.id", ondelete="CASCADE"))
+    turn_id: Mapped[int] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), index=True)
+    reporter_id: Mapped[Snowflake]
+    created_at: Mapped[CreatedAt]
+    resolved_at: Mapped[Timestamp | None]
+    resolution: Mapped[str | None] = mapped_column(String(16))  # "removed" or "dismissed"
+    resolved_by: Mapped[Snowflake | None]
+
+
 class AppState(Base):
     """Process-wide facts that outlive a restart, e.g. the hash of the last command sync."""
 
@@ -589,6 +615,7 @@ __all__ = [
     "Ban",
     "BlockedTerm",
     "Character",
+    "ClipReport",
     "Guild",
     "GuildSettings",
     "Job",

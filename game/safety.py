@@ -27,8 +27,9 @@ UNSAFE_LABELS = frozenset(
 )
 # The score at or above which a clip is flagged. NudeNet reports a box from 0.2; over 442 frames this project makes
 # (the toy model's demo story, the tiny model, the toy world; benchmarks/safety_check.py) the highest unsafe score
-# was 0.33, a blurred toy frame read as MALE_GENITALIA_EXPOSED, and 5 frames reached 0.1. 0.5 keeps a clear margin
-# over that noise of drawn, blurry frames and still flags what the detector is more sure of than not.
+# was 0.33, a blurred toy frame read as MALE_GENITALIA_EXPOSED; 12 frames reached 0.1, 2 reached 0.2, none 0.4.
+# 0.5 keeps a clear margin over that noise of drawn, blurry frames and still flags what the detector is more sure
+# of than not.
 DEFAULT_THRESHOLD = 0.5
 
 
@@ -79,14 +80,15 @@ class Verdict:
     """The bot's decision on one clip: post it or not, and in words why (for the player and the audit log)."""
 
     post: bool
-    flagged: bool
+    flagged: bool  # over the threshold, or never checked
     why: str
+    checked: bool = True  # False: the worker sent no scores (no detector, or it failed)
 
 
 def judge(report: SafetyReport, threshold: float, policy: SafetyPolicy, age_restricted: bool) -> Verdict:
     """Whether a clip may be posted in a channel, ``age_restricted`` or not, under a server's policy."""
     if not report.checked:
-        return Verdict(False, True, f"it could not be checked ({report.error or 'no frames were checked'})")
+        return Verdict(False, True, f"it could not be checked ({report.error or 'no frames were checked'})", False)
     label, score = report.unsafe()
     if score < threshold:
         return Verdict(True, False, "")

@@ -19,7 +19,18 @@ from bot.app import AnimeGamerBot
 from bot.clip_store import ClipStore
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import apply_result, create_turn, set_job_messages
-from db.models import AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn
+from db.models import (
+    AllowedChannel,
+    AuditLog,
+    Ban,
+    BlockedTerm,
+    Character,
+    ClipReport,
+    GuildSettings,
+    Job,
+    Player,
+    Turn,
+)
 from db.queries import get_or_create_character
 from game.safety import SafetyReport
 from relay.celery_app import make_celery
@@ -68,6 +79,9 @@ ALL_COMMANDS: list[tuple[str, Callable[[DiscordDouble], dict]]] = [
     ("admin resume", lambda d: {}),
     ("admin purge", lambda d: {"user": _someone(d)}),
     ("admin safety", lambda d: {"policy": "age_restricted", "threshold": 0.6}),
+    ("admin reports list", lambda d: {}),
+    ("admin reports remove", lambda d: {"job": 1}),
+    ("admin reports dismiss", lambda d: {"job": 1}),
     ("admin audit", lambda d: {}),
     ("admin stats", lambda d: {}),
 ]
@@ -131,7 +145,7 @@ async def turns_and_jobs(settings: Settings) -> tuple[int, int]:
 
 async def snapshot(settings: Settings) -> dict[str, list[tuple]]:
     """Every row an admin command can change, to compare before and after a refused command."""
-    tables = (AllowedChannel, AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, Player, Turn)
+    tables = (AllowedChannel, AuditLog, Ban, BlockedTerm, Character, ClipReport, GuildSettings, Job, Player, Turn)
     seen: dict[str, list[tuple]] = {}
     async with db_session(settings) as session:
         for model in tables:

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.retention import retention_text
-from db import moderation
+from db import moderation, reports
 from db.base import utcnow
 from db.models import AuditLog, Ban, BlockedTerm, Character, GuildSettings, Job, JobStatus, Player, Turn
 from tests.bot.conftest import read_db, running_bot
@@ -53,6 +53,9 @@ ADMIN_COMMANDS = [
     ("resume", {}, "resume"),
     ("purge", {"user": ALICE}, "purge"),
     ("safety", {"policy": "age_restricted", "threshold": 0.6}, "safety"),
+    ("reports list", {}, None),
+    ("reports remove", {"job": 1}, "clip removed"),  # Alice's turn, which Bob reported (``prepare``)
+    ("reports dismiss", {"job": 1}, "reports dismissed"),
     ("audit", {}, None),
     ("stats", {}, None),
 ]
@@ -66,6 +69,8 @@ async def prepare(settings, guild: Guild, *, paused: bool) -> int:
     """A server where each admin command has something to act on; returns Alice's finished turn's job id."""
     job_id = await seed_turn(settings, guild.id, guild.channel.id, ALICE.id, done=True)
     async with db_session(settings) as session:
+        (turn_id,) = (await session.execute(select(Job.turn_id).where(Job.id == job_id))).one()
+        await reports.add_report(session, guild.id, turn_id, BOB.id)
         await moderation.ban(session, guild.id, ALICE.id, "earlier", MOD.id)
         await moderation.add_term(session, guild.id, "goblin", MOD.id)
         await moderation.allow_channel(session, guild.id, guild.channel.id)

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import select
 
-from db.models import AuditLog, Character, Job, Turn
+from db.models import AuditLog, Character, ClipReport, Job, Turn
 from game.safety import SafetyReport, unchecked
 from tests.bot.conftest import read_db, running_bot, wait_for_db
-from tests.bot.helpers import clip_path, seed_turn
-from tests.discord_double import Channel, DiscordDouble, Guild, thread
+from tests.bot.helpers import clip_path, private_text, seed_turn
+from tests.discord_double import Channel, DiscordDouble, Guild, member, thread
 
 CLEAN = SafetyReport(detector="test", scores={"FACE_FEMALE": 0.9, "BUTTOCKS_EXPOSED": 0.04}, frames=17)
 FLAGGED = SafetyReport(detector="test", scores={"FACE_FEMALE": 0.9, "BUTTOCKS_EXPOSED": 0.83}, frames=17)
@@ -100,18 +100,13 @@ async def test_the_turn_of_a_withheld_clip_still_counts(double, bot_settings):
 
 async def test_a_clip_its_worker_could_not_check_is_withheld(double, bot_settings):
     report = unchecked("the detector failed: RuntimeError")
-    async with running_bot(double, bot_settings):
-        job_id = await seed_turn(
-            bot_settings,
-            double.guild.id,
-            double.guild.channel.id,
-            double.player.id,
-            done=True,
-            posted=False,
-            safety=report,
-        )
+    async with running_bot(double, bot_settings) as bot:
+        job_id = await finished(double, bot_settings, report)
         post = await post_of(double, bot_settings, job_id)
         told = await double.wait_until(lambda: double.dms(double.player), 10, "a DM to the player")
+        decision = {"decision": "withheld_unchecked"}
+        counted = bot.metrics.registry.get_sample_value("animegamer_clip_safety_total", decision)
+    assert counted == 1  # what an operator alerts on: a worker sending unchecked clips
     assert not any(f.filename.endswith(".mp4") for f in post.files.values())
     assert "could not be checked" in told[0].content
     assert [a for (a,) in await read_db(bot_settings, select(AuditLog.action))] == ["clip withheld"]
@@ -172,3 +167,101 @@ async def test_a_servers_own_threshold_decides_what_is_flagged(double, bot_setti
         job_id = await finished(double, bot_settings, FLAGGED)  # 0.83: flagged at the default 0.5, not at 0.9
         post = await post_of(double, bot_settings, job_id)
     assert any(f.filename.endswith(".mp4") for f in post.files.values())
+
+
+# -- players report, admins remove or dismiss, a player deletes their own -----------------------------------------
+
+MOD = member("mod", manage_guild=True)
+BOB, CAROL = member("bob"), member("carol")
+
+
+def buttons(post) -> list[str]:
+    return [c["custom_id"].rsplit(":", 1)[1] for row in post.components for c in row["components"]]
+
+
+async def click(double: DiscordDouble, post, job_id: int, action: str, user) -> str:
+    handle = await double.button(post.id, f"ag:turn:{job_id}:{action}", user=user)
+    return private_text(await handle.answer())
+
+
+async def test_a_posted_clip_has_report_and_delete_buttons_and_a_withheld_one_has_neither(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        shown = await post_of(double, bot_settings, await finished(double, bot_settings, CLEAN))
+        withheld = await post_of(double, bot_settings, await finished(double, bot_settings, FLAGGED))
+    assert buttons(shown) == ["reroll", "continue", "details", "report", "delete"]
+    assert buttons(withheld) == ["reroll", "continue", "details"]
+
+
+async def test_each_player_reports_a_clip_once_and_admins_see_it_listed(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, CLEAN)
+        post = await post_of(double, bot_settings, job_id)
+        assert "Reported" in await click(double, post, job_id, "report", BOB)
+        assert "already reported" in await click(double, post, job_id, "report", BOB)
+        assert "Reported" in await click(double, post, job_id, "report", CAROL)
+        listed = private_text(await (await double.slash("admin reports list", user=MOD)).answer())
+    assert f"job {job_id}: 2 report(s)" in listed and f"/{post.id}" in listed
+
+
+async def test_removing_a_reported_clip_deletes_its_message_and_stored_clip_and_keeps_the_turn(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, CLEAN)
+        post = await post_of(double, bot_settings, job_id)
+        await click(double, post, job_id, "report", BOB)
+        handle = await double.slash("admin reports remove", {"job": job_id}, user=MOD)
+        assert "deleted" in private_text(await handle.answer())
+        again = await double.slash("admin reports remove", {"job": job_id}, user=MOD)
+        assert "already taken down" in private_text(await again.answer())
+        left = private_text(await (await double.slash("admin reports list", user=MOD)).answer())
+    assert double.message(post.id).deleted
+    assert not clip_path(bot_settings, double.guild.id, job_id).exists()
+    ((instruction, removed, after),) = await read_db(
+        bot_settings, select(Turn.instruction, Turn.clip_removed_at, Turn.social_after)
+    )
+    assert "wave" in instruction and removed is not None and after is not None
+    assert left == "No open reports."
+    assert ("clip removed", f"job {job_id}") in await read_db(bot_settings, select(AuditLog.action, AuditLog.target))
+
+
+async def test_dismissing_reports_keeps_the_clip(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, CLEAN)
+        post = await post_of(double, bot_settings, job_id)
+        await click(double, post, job_id, "report", BOB)
+        handle = await double.slash("admin reports dismiss", {"job": job_id}, user=MOD)
+        assert "Dismissed 1 report" in private_text(await handle.answer())
+    assert not double.message(post.id).deleted
+    assert clip_path(bot_settings, double.guild.id, job_id).exists()
+    ((resolution,),) = await read_db(bot_settings, select(ClipReport.resolution))
+    assert resolution == "dismissed"
+
+
+async def test_a_player_may_delete_their_own_clip_and_no_one_else_may(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, CLEAN)
+        post = await post_of(double, bot_settings, job_id)
+        assert "Only the player" in await click(double, post, job_id, "delete", BOB)
+        assert not double.message(post.id).deleted
+        assert "deleted" in await click(double, post, job_id, "delete", double.player)
+    assert double.message(post.id).deleted
+    assert not clip_path(bot_settings, double.guild.id, job_id).exists()
+    actions = [a for (a,) in await read_db(bot_settings, select(AuditLog.action))]
+    assert actions == ["clip deleted by its player"]
+
+
+async def test_the_report_button_works_after_a_restart(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, CLEAN)
+        post = await post_of(double, bot_settings, job_id)
+    async with running_bot(double, bot_settings):  # a new process: nothing kept in memory
+        assert "Reported" in await click(double, post, job_id, "report", BOB)
+    assert len(await read_db(bot_settings, select(ClipReport.id))) == 1
+
+
+async def test_details_tell_what_the_detector_saw_and_why_a_clip_was_withheld(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, FLAGGED)
+        post = await post_of(double, bot_settings, job_id)
+        handle = await double.button(post.id, f"ag:turn:{job_id}:details", user=BOB)
+        text = (await handle.response()).json["data"]["content"]
+    assert "highest nudity score 0.83 (buttocks_exposed)" in text and "clip withheld: the nudity detector" in text

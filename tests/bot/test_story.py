@@ -18,6 +18,7 @@ from db.engine import make_engine, make_sessionmaker
 from db.jobs import history_turn
 from db.models import Character, GuildSettings, Job, Story, StoryStatus, Turn
 from game.contract import TurnRequest
+from game.safety import SafetyReport
 from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import read_db, running_bot, wait_for_db
 from tests.bot.helpers import accepted, private_text, shown
@@ -42,8 +43,11 @@ async def begin_story(double, order: str = "free") -> None:
         await (await double.slash("story join", user=player)).answer()
 
 
-async def add_finished_turns(settings, clips: list[Path], first_seq: int = 1) -> None:
-    """Story turns as the delivery loop leaves them once posted, with these clips.
+async def add_finished_turns(
+    settings, clips: list[Path], first_seq: int = 1, safety: list[SafetyReport] | None = None
+) -> None:
+    """Story turns as the delivery loop leaves them once posted, with these clips (and these detector reports;
+    none: turns recorded before clips were checked).
 
     The worker's tiny model makes 64x96 clips; these are 720x480, the published size, without a GPU.
     """
@@ -62,6 +66,7 @@ async def add_finished_turns(settings, clips: list[Path], first_seq: int = 1) ->
                     seed=seq,
                     model="tiny",
                     clip_key=str(clip),  # a path outside the clip folder reads as itself
+                    safety=safety[seq - first_seq].model_dump_json() if safety else None,
                     **state,
                 )
             )
@@ -174,6 +179,17 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
     assert decoded_frames(recap_clip(later)) == 4 * FRAMES
     assert [path.name for path in recaps.iterdir()] != [kept.name]  # the outdated recap is gone
     assert len(list(recaps.iterdir())) == 1
+
+
+async def test_a_recap_leaves_out_a_clip_the_servers_policy_withholds_here(double, bot_settings, tmp_path):
+    clean = SafetyReport(detector="test", scores={"ANUS_EXPOSED": 0.01}, frames=17)
+    flagged = SafetyReport(detector="test", scores={"ANUS_EXPOSED": 0.9}, frames=17)
+    async with running_bot(double, bot_settings):
+        await begin_story(double)
+        await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=2), safety=[flagged, clean])
+        (recap,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+    assert decoded_frames(recap_clip(recap)) == FRAMES  # the clean clip alone
+    assert "step 1" in recap.json["content"]  # the withheld clip's turn is still told
 
 
 async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(double, bot_settings, tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from game.safety import SafetyReport
 from tests.bot.clip_samples import story_clips
 from tests.bot.conftest import running_bot
 from tests.bot.test_story import MOVES, NAMES, PLAYERS, add_finished_turns, begin_story, story_turn
@@ -99,3 +100,18 @@ async def test_a_page_too_large_for_every_clip_keeps_the_newest_and_says_so(doub
     assert [frames_in(base64.b64decode(c)) > 0 for c in CLIP.findall(text)] == [True, True]
     assert text.index("step 2") < text.index("clip not included", text.index("step 2")) < text.index("step 3")
     assert "2 oldest clips did not fit" in followup.json["content"]
+
+
+async def test_a_clip_the_servers_policy_withholds_here_stays_off_the_page(double, bot_settings, tmp_path):
+    """A flagged clip (posted, say, while the channel was age-restricted) is not carried where it may not be posted
+    now; its turn's text stays."""
+    clean = SafetyReport(detector="test", scores={"BUTTOCKS_EXPOSED": 0.01}, frames=17)
+    flagged = SafetyReport(detector="test", scores={"BUTTOCKS_EXPOSED": 0.9}, frames=17)
+    async with running_bot(double, bot_settings):
+        await begin_story(double)
+        await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=2), safety=[clean, flagged])
+        (followup,) = await (await double.slash("story page", user=PLAYERS[2])).followups(timeout=60)
+    (page,) = [f for f in followup.files if f.filename.endswith(".html")]
+    text = page.data.decode()
+    assert "step 1" in text and "step 2" in text
+    assert len(CLIP.findall(text)) == 1

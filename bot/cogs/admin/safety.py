@@ -1,4 +1,5 @@
-"""/admin safety: what a clip the nudity detector flags gets on this server, and the score that flags one."""
+"""/admin safety: what a clip the nudity detector flags gets, and the score that flags one; /admin reports: the
+clips players reported, to remove or dismiss."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
-from bot.errors import fill
+from bot.errors import Refusal, fill
+from bot.reports import take_down_clip
 from db import moderation
+from db.jobs import turn_of_job
+from db.models import Job, Turn
+from db.reports import DISMISSED, open_reports, resolve_reports
 from game.safety import POLICY_WORDS, SafetyPolicy
 
 if TYPE_CHECKING:
@@ -49,3 +54,58 @@ class SafetyCommands:
             f"a clip is flagged at a score of {score}. A withheld clip is never uploaded; its turn still counts.",
             ephemeral=True,
         )
+
+    reports = app_commands.Group(name="reports", description="Clips players reported")
+
+    @reports.command(name="list", description="Clips with open reports, the most reported first")
+    async def reports_list(self, interaction: discord.Interaction) -> None:
+        async with self.bot.sessions() as session:
+            clips = await open_reports(session, interaction.guild_id)
+        if not clips:
+            await fill(interaction, "No open reports.", ephemeral=True)
+            return
+        lines = []
+        for clip in clips:
+            where = (
+                f"https://discord.com/channels/{interaction.guild_id}/{clip.channel_id}/{clip.message_id}"
+                if clip.channel_id and clip.message_id
+                else "not posted"
+            )
+            lines.append(
+                f"job {clip.job_id}: {clip.reports} report(s) since <t:{int(clip.first.timestamp())}:R>, "
+                f"<@{clip.user_id}>'s `{discord.utils.escape_markdown(clip.instruction)}` {where}"
+            )
+        lines.append("`/admin reports remove job:` deletes the message and the clip; `dismiss` keeps them.")
+        await fill(interaction, "\n".join(lines)[:2000], ephemeral=True)
+
+    @reports.command(name="remove", description="Delete a turn's posted clip and its message; the turn stays")
+    @app_commands.describe(job="the job number /admin reports list shows")
+    async def reports_remove(self, interaction: discord.Interaction, job: app_commands.Range[int, 1, None]) -> None:
+        found, turn = await self._reported(interaction, job)
+        if not await take_down_clip(self.bot, found, turn, actor_id=interaction.user.id, action="clip removed"):
+            raise Refusal(f"Job {job}'s clip was already taken down.")
+        await fill(interaction, f"Job {job}'s clip and its message are deleted; the turn stays.", ephemeral=True)
+
+    @reports.command(name="dismiss", description="Close a clip's reports and keep the clip")
+    @app_commands.describe(job="the job number /admin reports list shows")
+    async def reports_dismiss(self, interaction: discord.Interaction, job: app_commands.Range[int, 1, None]) -> None:
+        _, turn = await self._reported(interaction, job)
+        async with self.bot.sessions() as session, session.begin():
+            closed = await resolve_reports(session, turn.id, DISMISSED, interaction.user.id)
+            if closed:
+                await moderation.audit(
+                    session, interaction.guild_id, interaction.user.id, "reports dismissed", f"job {job}", str(closed)
+                )
+        if not closed:
+            raise Refusal(f"Job {job} has no open reports.")
+        await fill(interaction, f"Dismissed {closed} report(s) of job {job}; the clip stays.", ephemeral=True)
+
+    async def _reported(self, interaction: discord.Interaction, job_id: int) -> tuple[Job, Turn]:
+        """The job and turn an admin named, refused unless it is this server's."""
+        found = None
+        if job_id < 2**63:
+            async with self.bot.sessions() as session:
+                found = await turn_of_job(session, job_id)
+        if found is None or found[0].guild_id != interaction.guild_id:
+            raise Refusal(f"There is no job {job_id} on this server.")
+        return found[0], found[1]

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
 from bot.recaps import RECAP_STALE, folder_in, forget, recap_file
+from bot.safety import ClipRules
 from bot.turn_options import Background, Line, Motion, turn_options
 from bot.turns import TurnInput, check_may_play, check_turn, submit_turn
 from db.base import utcnow
@@ -203,7 +204,8 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         started = await self._claim_recap(story.id)
         try:
             await interaction.response.defer(thinking=True)
-            files, note = await self._recap_clip(story.id, turns, self._upload_limit(interaction))
+            limit = self._upload_limit(interaction)
+            files, note = await self._recap_clip(story.id, turns, limit, interaction.guild_id, interaction.channel_id)
         finally:
             async with self.bot.sessions() as session, session.begin():
                 await end_recap(session, story.id, started)
@@ -215,10 +217,15 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
 
     async def _recap_clip(
-        self, story_id: int, turns: list[tuple[Turn, str]], limit: int
+        self, story_id: int, turns: list[tuple[Turn, str]], limit: int, guild_id: int | None, channel_id: int | None
     ) -> tuple[list[discord.File], str]:
         """The recap clip to attach (none when it cannot be) and a note saying why there is none."""
-        clips = [(turn.id, self.bot.clips.path(turn.clip_key)) for turn, _ in turns if turn.clip_key]
+        rules = await ClipRules.of(self.bot, guild_id, channel_id)  # a clip withheld here stays out of the recap
+        clips = [
+            (turn.id, self.bot.clips.path(turn.clip_key))
+            for turn, _ in turns
+            if turn.clip_key and rules.shown_again(turn.safety)
+        ]
         clips = [(turn_id, path) for turn_id, path in clips if path.is_file()]
         if not clips:
             return [], "\n(No clips are left to join.)"
@@ -242,9 +249,11 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             turns = await story_turns(session, story.id)
         if not turns:
             raise Refusal("Nothing has happened in this story yet.")
+        rules = await ClipRules.of(self.bot, interaction.guild_id, interaction.channel_id)
+        shown = [(turn, name) for turn, name in turns if rules.shown_again(turn.safety)]  # the others: text only
         # Reading and base64-encoding every clip blocks: off the event loop, so every other command still runs.
         page, left_out = await asyncio.to_thread(
-            story_page, story.title, turns, self.bot.clips, self._upload_limit(interaction)
+            story_page, story.title, turns, self.bot.clips, self._upload_limit(interaction), {t.id for t, _ in shown}
         )
         note = f" The {left_out} oldest clips did not fit in one file." if left_out else ""
         title = discord.utils.escape_markdown(story.title)

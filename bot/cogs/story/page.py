@@ -19,14 +19,17 @@ from db.models import Turn
 log = logging.getLogger(__name__)
 
 
-def story_page(title: str, turns: list[tuple[Turn, str]], clips: ClipStore, limit: int) -> tuple[bytes, int]:
-    """The page and how many clips (the oldest) were left out to keep it under ``limit`` bytes. Reads every clip
-    file: call it off the event loop."""
+def story_page(
+    title: str, turns: list[tuple[Turn, str]], clips: ClipStore, limit: int, shown: set[int]
+) -> tuple[bytes, int]:
+    """The page and how many clips (the oldest) were left out to keep it under ``limit`` bytes; only the clips of
+    the turns in ``shown`` (the channel's safety rules allow them) are carried. Reads every clip file: call it off
+    the event loop."""
     rows = [_row(turn, name) for turn, name in turns]
     budget = limit - len(_page(title, turns, rows)) - 1024  # the page without clips, and room for the tags
     left_out = 0
     for index in range(len(turns) - 1, -1, -1):  # newest first: those are the ones a late reader has not seen
-        key = turns[index][0].clip_key
+        key = turns[index][0].clip_key if turns[index][0].id in shown else None
         path = clips.path(key) if key else None
         if path is None or not path.is_file():  # none, or retention emptied it: the row stays, without a clip
             continue

@@ -1,0 +1,45 @@
+"""Taking a posted clip down: the Discord message and the stored clip go, the turn's text and state stay.
+
+One action for an admin's ``/admin reports remove`` and a player's Delete button under their own turn. The message
+is deleted first (a failure there changes nothing, so the command can simply be tried again), then the turn is
+marked in one guarded statement with its reports closed and an audit row, then the stored clip file is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+import discord
+
+from db import moderation, reports
+from db.models import Job, Turn
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+log = logging.getLogger(__name__)
+
+
+async def take_down_clip(bot: AnimeGamerBot, job: Job, turn: Turn, *, actor_id: int, action: str) -> bool:
+    """Delete the turn's posted message and its stored clip; False when it was taken down already."""
+    if turn.clip_removed_at is not None:
+        return False
+    if job.channel_id and job.result_message_id:  # 0: never posted (undeliverable)
+        channel = bot.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
+        with contextlib.suppress(discord.NotFound):  # deleted in Discord already: the rest still has to happen
+            await channel.get_partial_message(job.result_message_id).delete()
+    async with bot.sessions() as session, session.begin():
+        taken, key = await reports.take_down(session, turn.id)
+        if not taken:
+            return False
+        closed = await reports.resolve_reports(session, turn.id, reports.REMOVED, actor_id)
+        if job.guild_id is not None:
+            details = f"{closed} open report(s); {turn.instruction}"[:500]
+            await moderation.audit(session, job.guild_id, actor_id, action, f"job {job.id}", details)
+    if key:
+        await asyncio.to_thread(bot.clips.delete, [key])
+    log.info("job %s: clip taken down (%s by %s)", job.id, action, actor_id)
+    return True
