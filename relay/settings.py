@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import quote, unquote
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -112,9 +113,9 @@ class Settings(BaseSettings):
 
     def model_post_init(self, _context: object) -> None:
         data = self.data_dir.as_posix()
-        self.database_url = self.database_url or f"sqlite+aiosqlite:///{data}/animegamer.db"
-        self.broker_url = self.broker_url or f"sqla+sqlite:///{data}/broker.db"
-        self.result_backend = self.result_backend or f"db+sqlite:///{data}/results.db"
+        self.database_url = encoded_secret(self.database_url) or f"sqlite+aiosqlite:///{data}/animegamer.db"
+        self.broker_url = encoded_secret(self.broker_url) or f"sqla+sqlite:///{data}/broker.db"
+        self.result_backend = encoded_secret(self.result_backend) or f"db+sqlite:///{data}/results.db"
         if self.blob_dir == Path():  # left empty, as in .env.example
             self.blob_dir = None
         if self.blob_dir is None and not self.results_in_redis:
@@ -124,6 +125,22 @@ class Settings(BaseSettings):
     @property
     def results_in_redis(self) -> bool:
         return self.result_backend.startswith(("redis://", "rediss://", "unix://"))
+
+
+def encoded_secret(url: str) -> str:
+    """The URL with its user name and password percent-encoded, whatever characters they hold.
+
+    A password made by ``openssl rand -base64 32`` holds ``/``, ``+`` and ``=`` about half the time, and put into a
+    URL as it is (by hand, or by compose's ``${POSTGRES_PASSWORD}``) it cuts the URL short: every parser then reads
+    part of the secret as the port or the path, and says so in its error. The credentials end at the URL's last
+    ``@``, so they are re-encoded from there; ones already encoded come out the same.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, place = rest.rpartition("@")
+    user, colon, password = credentials.partition(":")
+    return f"{scheme}://{quote(unquote(user), safe='')}{colon}{quote(unquote(password), safe='')}@{place}"
 
 
 @lru_cache(maxsize=1)

@@ -139,3 +139,26 @@ def test_a_redis_that_forgets_on_restart_is_a_warning_not_a_failure(tmp_path: Pa
     redis = [r for r in results if r.name.startswith("redis")]
     assert [r.status for r in redis] == ["warn"] and "no persistence" in redis[0].detail
     assert [r.name for r in results if r.status == "fail"] == []
+
+
+@pytest.mark.slow
+def test_a_redis_password_with_reserved_characters_works_as_typed_and_is_never_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The password an operator got from `openssl rand -base64 32`, put into the URLs as it is."""
+    server = RedisServer(tmp_path / "redis", password="Xy9Qz/Kp+w2=@a:b")
+    server.start()
+    try:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("ANIMEGAMER_DATA_DIR", str(tmp_path))
+        monkeypatch.setenv("ANIMEGAMER_BROKER_URL", server.url(0))  # redis://:Xy9Qz/Kp+w2=@a:b@127.0.0.1:port/0
+        monkeypatch.setenv("ANIMEGAMER_RESULT_BACKEND", server.url(1))
+        get_settings.cache_clear()
+        main(["check", "--worker", "--json"])
+    finally:
+        get_settings.cache_clear()
+        server.stop()
+    out = capsys.readouterr()
+    statuses = {item["name"]: item["status"] for item in json.loads(out.out)}
+    assert statuses["queue"] == statuses["blob store"] == "ok"  # connected, written and read back with it
+    assert "Xy9Qz" not in out.out + out.err
