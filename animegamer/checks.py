@@ -40,7 +40,7 @@ class Result:
 
 def run_checks(settings: Settings, role: Role = "bot") -> list[Result]:
     shared: list[Callable[[Settings], Result]] = [queue, blob_store, disk]
-    checks = [database, discord_token, *shared, workers] if role == "bot" else [*shared, nudity_detector]
+    checks = [database, discord_token, *shared, clip_store, workers] if role == "bot" else [*shared, nudity_detector]
     results = [_guarded(check, settings) for check in checks]
     return results + redis_settings(settings)
 
@@ -118,6 +118,27 @@ def nudity_detector(settings: Settings) -> Result:
     if not report.checked:
         return Result(name, "fail", f"{checker.name} loads but fails on a blank frame: {report.error}", fix)
     return Result(name, "ok", f"{checker.name} loads and checked a frame in {1000 * report.seconds:.0f} ms")
+
+
+def clip_store(settings: Settings) -> Result:
+    """Where the bot keeps clips: one object written, read back and deleted, as a posted turn would."""
+    from bot.clip_store import ClipStore
+
+    store = ClipStore.of(settings)
+    probe, key = os.urandom(16), f".check-{os.getpid()}"
+    try:
+        store.ready()
+        store.put(key, probe)
+        back = store.get(key)
+        store.delete([key])
+    except OSError as exc:
+        fix = "create the bucket, or fix AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        if not settings.clip_store:
+            fix = "make the clip folder writable by this user (ANIMEGAMER_CLIP_DIR)"
+        return Result("clip store", "fail", f"cannot write and read {store.where} ({exc})", fix)
+    if back != probe:
+        return Result("clip store", "fail", f"{store.where} gave back other bytes than were written")
+    return Result("clip store", "ok", f"{store.where}: written, read back and deleted")
 
 
 def blob_store(settings: Settings) -> Result:

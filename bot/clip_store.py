@@ -1,43 +1,141 @@
-"""Where the bot keeps finished clips: one folder, and rows that name each clip by its key in it.
+"""Where the bot keeps finished clips and kept recaps: by key, behind one interface; callers never see a path.
 
 A row keeps the key (``<guild>/job_<id>.mp4``), never a path: a bot started from another working directory, or
-moved to another machine with its data folder, still finds every clip (revision 0007 turned the paths stored
-before into keys). Only the bot reads clips; the workers send theirs through the blob store.
+moved to another machine with its data, still finds every clip (revision 0007 turned the paths stored before into
+keys). Only the bot reads clips; the workers send theirs through the blob store.
 
-Bot processes of one game share one folder (ANIMEGAMER_CLIP_DIR): the process that applies a result writes its
-clip, and whichever process posts it, or later joins it into a recap, reads it there.
+Callers ask for bytes (``get``, ``put``) or, to join clips into a recap, for a local copy (``copy_to``) and store a
+finished file (``put_file``): nothing outside this module assumes the clips lie in a folder, so the store can be
+one that several machines reach. The embedded default is a folder (``ANIMEGAMER_CLIP_DIR``), which bot processes of
+one game share. Every method blocks: call it through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import os
+import secrets
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-class ClipStore:
-    def __init__(self, root: Path) -> None:
-        self.root = root.absolute()  # fixed at start: a later change of working directory moves nothing
-
+class ClipStore(ABC):
     @classmethod
     def of(cls, settings: Settings) -> ClipStore:
-        return cls(settings.clip_dir or settings.data_dir / "clips")
+        """The store the settings name: ``ANIMEGAMER_CLIP_STORE=s3://bucket/prefix``, else the clip folder."""
+        if settings.clip_store.startswith("s3://"):
+            return S3Store.connect(settings)
+        return FolderStore(settings.clip_dir or settings.data_dir / "clips")
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """The store in words, for logs and `animegamer check`: never a secret."""
 
     @staticmethod
     def key(guild_id: int | None, job_id: int) -> str:
         return f"{guild_id}/job_{job_id}.mp4"
 
+    def ready(self) -> None:  # noqa: B027 - a folder is made by its first write: nothing to ask
+        """Raise StoreUnavailable, saying what, when the store's home is missing or refuses us."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``, whole or not at all (a refused write, a full disk, leaves nothing)."""
+
+    @abstractmethod
+    def put_file(self, key: str, path: Path) -> None:
+        """Store a local file under ``key``, whole or not at all, without reading it into memory."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The bytes under ``key``; FileNotFoundError when there are none."""
+
+    @abstractmethod
+    def copy_to(self, key: str, path: Path) -> None:
+        """A local copy of ``key`` at ``path`` (to join clips); FileNotFoundError when there is none."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def keys(self, prefix: str) -> list[str]:
+        """Every key that starts with ``prefix``."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> list[str]:
+        """Delete each key; returns the keys that were already gone (a store that cannot tell returns none). One
+        that cannot be deleted stays, logged."""
+
+
+class StoreUnavailable(OSError):
+    """The store did not answer, or refused us (credentials, bucket): a clip to write or read waits and is tried
+    again, never lost and never posted without its clip. The message names the store, never a secret."""
+
+
+class FolderStore(ClipStore):
+    """Clips as files under one folder, each at its key."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.absolute()  # fixed at start: a later change of working directory moves nothing
+
+    @property
+    def where(self) -> str:
+        return str(self.root)
+
     def path(self, key: str) -> Path:
-        """The clip's file. A row older than keys that revision 0007 could not read as one keeps its absolute
+        """The key's file. A row older than keys that revision 0007 could not read as one keeps its absolute
         path, which this returns unchanged."""
         return self.root / key
 
+    def put(self, key: str, data: bytes) -> None:
+        self._into_place(key, lambda tmp: tmp.write_bytes(data))
+
+    def put_file(self, key: str, path: Path) -> None:
+        self._into_place(key, lambda tmp: shutil.copyfile(path, tmp))
+
+    def _into_place(self, key: str, write) -> None:
+        final = self.path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}.partial")  # two writers never share one
+        try:
+            write(tmp)
+            tmp.replace(final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def get(self, key: str) -> bytes:
+        return self.path(key).read_bytes()
+
+    def copy_to(self, key: str, path: Path) -> None:
+        source = self.path(key)
+        try:
+            os.link(source, path)  # the same disk: no bytes copied
+        except OSError:
+            if not source.is_file():
+                raise FileNotFoundError(f"no clip at {key}") from None
+            shutil.copyfile(source, path)
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    def keys(self, prefix: str) -> list[str]:
+        folder, _, start = prefix.rpartition("/")
+        where = self.root / folder
+        if not where.is_dir():
+            return []
+        found = [p.name for p in where.iterdir() if p.is_file() and p.name.startswith(start)]
+        return sorted(f"{folder}/{name}" if folder else name for name in found if not name.startswith("."))
+
     def delete(self, keys: Iterable[str]) -> list[str]:
-        """Delete each clip; returns the keys whose file was already gone. A file we may not delete stays."""
         missing = []
         for key in keys:
             try:
@@ -47,3 +145,111 @@ class ClipStore:
             except OSError as exc:
                 log.warning("clip %s not deleted (%s)", key, exc)
         return missing
+
+
+class S3Store(ClipStore):
+    """Clips as objects in an S3-compatible store (AWS S3, SeaweedFS, MinIO, R2, ...), under ``s3://bucket/prefix``.
+
+    Through boto3: AWS's own client, kept in step with the S3 API, whose ``put_object`` lands an object whole or not
+    at all and whose transfer manager streams a large file in parts, so a recap never sits in memory. Every call has
+    time limits (5 s to connect, 30 s to read) and boto3's standard retries; what still fails is a
+    StoreUnavailable, which the callers treat as a store that is down, and an object that is not there is a
+    FileNotFoundError, as from the folder.
+    """
+
+    def __init__(self, client: Any, bucket: str, prefix: str, endpoint: str) -> None:
+        self.client, self.bucket, self.prefix, self.endpoint = client, bucket, prefix, endpoint
+
+    @classmethod
+    def connect(cls, settings: Settings) -> S3Store:
+        import boto3
+        from botocore.config import Config
+
+        bucket, _, prefix = settings.clip_store.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise ValueError(f"ANIMEGAMER_CLIP_STORE={settings.clip_store!r} names no bucket: s3://bucket/prefix")
+        config = Config(
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 3, "mode": "standard"},
+            s3={"addressing_style": "path"},  # what self-hosted stores answer; AWS takes it too
+        )
+        secret = settings.aws_secret_access_key
+        client = boto3.client(
+            "s3",
+            endpoint_url=settings.aws_endpoint_url or None,
+            region_name=settings.aws_default_region,
+            aws_access_key_id=settings.aws_access_key_id or None,
+            aws_secret_access_key=secret.get_secret_value() if secret is not None else None,
+            config=config,
+        )
+        prefix = prefix.strip("/")
+        return cls(client, bucket, f"{prefix}/" if prefix else "", settings.aws_endpoint_url or "AWS")
+
+    @property
+    def where(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix} at {self.endpoint}"
+
+    def _call(self, what: str, key: str, call: Callable[[], Any]) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return call()
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise FileNotFoundError(f"no object {key} in {self.where}") from None
+            raise StoreUnavailable(f"{what} {key} in {self.where} refused: {code or exc}") from None
+        except (BotoCoreError, OSError) as exc:
+            raise StoreUnavailable(f"{what} {key} in {self.where} failed: {type(exc).__name__}") from None
+
+    def ready(self) -> None:
+        """Some stores (SeaweedFS) make a missing bucket on the first write: asked first, so a typo is named."""
+        try:
+            self._call("look for", "the bucket", lambda: self.client.head_bucket(Bucket=self.bucket))
+        except FileNotFoundError:
+            raise StoreUnavailable(f"the bucket {self.bucket} does not exist at {self.endpoint}") from None
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data))
+
+    def put_file(self, key: str, path: Path) -> None:
+        self._call("put", key, lambda: self.client.upload_file(str(path), self.bucket, self.prefix + key))
+
+    def get(self, key: str) -> bytes:
+        answer = self._call("get", key, lambda: self.client.get_object(Bucket=self.bucket, Key=self.prefix + key))
+        return self._call("get", key, answer["Body"].read)
+
+    def copy_to(self, key: str, path: Path) -> None:
+        self._call("get", key, lambda: self.client.download_file(self.bucket, self.prefix + key, str(path)))
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._call("look for", key, lambda: self.client.head_object(Bucket=self.bucket, Key=self.prefix + key))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + prefix)
+        found = self._call("list", prefix, lambda: [item["Key"] for page in pages for item in page.get("Contents", [])])
+        return sorted(key.removeprefix(self.prefix) for key in found)
+
+    def delete(self, keys: Iterable[str]) -> list[str]:
+        wanted = list(keys)
+        for start in range(0, len(wanted), 1000):  # S3 deletes at most 1,000 objects a request
+            batch = [{"Key": self.prefix + key} for key in wanted[start : start + 1000]]
+            try:
+                answer = self._call(
+                    "delete",
+                    f"{len(batch)} objects",
+                    lambda b=batch: self.client.delete_objects(
+                        Bucket=self.bucket, Delete={"Objects": b, "Quiet": True}
+                    ),
+                )
+            except StoreUnavailable as exc:
+                log.warning("%s", exc)
+                continue
+            for error in answer.get("Errors", []):
+                log.warning("clip %s not deleted (%s)", error.get("Key"), error.get("Code"))
+        return []  # S3 deletes a missing object as happily as a present one: it cannot tell which were gone

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
+from bot.clip_store import StoreUnavailable
 from bot.safety import ClipRules
 from db import moderation
 from db.jobs import (
@@ -168,6 +169,8 @@ class Delivery:
             try:
                 clip = await asyncio.to_thread(self._fitted_clip, turn.clip_key, job.guild_id)
                 files.insert(0, discord.File(io.BytesIO(clip), f"turn_{job.id}.mp4"))
+            except StoreUnavailable:
+                raise  # the clip store is down: the post waits and is tried again, never sent without its clip
             except (OSError, ClipTooLarge) as exc:
                 log.error("job %s: clip not attachable: %s", job.id, exc)
                 note = "\n(The clip could not be attached: it is missing or too large even after re-encoding.)"
@@ -222,7 +225,7 @@ class Delivery:
     def _fitted_clip(self, clip_key: str | None, guild_id: int | None) -> bytes:
         if not clip_key:
             raise OSError("no clip was recorded")
-        data = self.bot.clips.path(clip_key).read_bytes()
+        data = self.bot.clips.get(clip_key)
         guild = self.bot.get_guild(guild_id) if guild_id else None
         limit = guild.filesize_limit - 64 * 1024 if guild is not None else 10 * 1024 * 1024  # room for the PNG
         if self.bot.settings.upload_limit_bytes:

@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Protocol
 
 from pydantic import ValidationError
@@ -261,10 +260,9 @@ class Supervisor(Background):
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
         key = ClipStore.key(job.guild_id, job.id)
-        clip = self.clips.path(key)
         mp4 = inline(result.mp4, "the clip")
         try:
-            await asyncio.to_thread(_write_file, clip, mp4)
+            await asyncio.to_thread(self.clips.put, key, mp4)
         except OSError as exc:
             await self._store_later(job, exc)
             return
@@ -278,8 +276,8 @@ class Supervisor(Background):
         if not applied:  # cancelled or purged meanwhile, or applied already (another tick or process got there first)
             async with self.sessions() as session:
                 status = (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
-            if status is not JobStatus.DONE:  # a done job's recorded clip is this very file: never delete it
-                await asyncio.to_thread(clip.unlink, missing_ok=True)
+            if status is not JobStatus.DONE:  # a done job's recorded clip is this very one: never delete it
+                await asyncio.to_thread(self.clips.delete, [key])
         else:
             self.metrics.turn_ended("done")
             waited = (utcnow() - job.queued_at).total_seconds()
@@ -372,15 +370,3 @@ class StoreWait:
     since: float
     next_try: float
     delay: float = 0.5  # doubled before each wait: 1 s, 2 s, 4 s, ... STORE_BACKOFF_MAX
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Write ``data`` whole or not at all: a refused write (a full disk) leaves no partial file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")  # two writers never share one
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -35,6 +35,13 @@ class Settings(BaseSettings):
     model: str = "toy"  # toy (trained, shipped) | tiny | full (random weights) | animegamer (the published files)
     # Where the bot keeps posted clips; default <data_dir>/clips. Bot processes of one game share it (a volume).
     clip_dir: Path | None = None
+    # s3://bucket/prefix: clips and kept recaps in an S3-compatible store instead (bot/clip_store.py), reached with
+    # the usual S3 variables below; bot processes of one game then share no folder.
+    clip_store: str = Field(default="", pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,62}(/.*)?)?$")
+    aws_endpoint_url: str = Field(default="", validation_alias="AWS_ENDPOINT_URL")  # "": AWS itself
+    aws_access_key_id: str = Field(default="", validation_alias="AWS_ACCESS_KEY_ID")
+    aws_secret_access_key: SecretStr | None = Field(default=None, validation_alias="AWS_SECRET_ACCESS_KEY")
+    aws_default_region: str = Field(default="us-east-1", validation_alias="AWS_DEFAULT_REGION")
     checkpoints: Path = Path("checkpoints")  # the release's layout, for model animegamer
     offload_mllm: Literal["auto", "on", "off"] = "auto"  # MLLM in host memory, on the GPU for its passes only
     offload_decoder: Literal["auto", "on", "off"] = "auto"  # decoders in host memory, on the GPU to denoise

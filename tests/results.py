@@ -28,3 +28,8 @@ def turn_result(job_id: int | str = 1, **fields: Any) -> TurnResult:
         "safety": SafetyReport(detector="test", scores={"FACE_FEMALE": 0.9}, frames=1),
     }
     return TurnResult(**(values | fields))
+
+
+def report(**scores: float) -> SafetyReport:
+    """A detector report over a 17-frame clip with these scores (label -> highest score)."""
+    return SafetyReport(detector="test", scores=scores, frames=17)

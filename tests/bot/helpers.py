@@ -185,9 +185,7 @@ async def seed_turn(
             user_id=user_id,
         )
         if done:
-            clip = clip_path(settings, guild_id, job.id)
-            clip.parent.mkdir(parents=True, exist_ok=True)
-            clip.write_bytes(b"not really an mp4")
+            ClipStore.of(settings).put(ClipStore.key(guild_id, job.id), b"not really an mp4")
             result = turn_result(job.id, **({"safety": safety} if safety is not None else {}))
             assert await apply_result(session, job.id, result, ClipStore.key(guild_id, job.id))
             if posted:

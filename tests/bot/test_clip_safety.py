@@ -40,15 +40,7 @@ async def post_of(double: DiscordDouble, settings, job_id: int):
 
 async def test_a_clean_clip_is_posted_and_its_scores_are_kept(double, bot_settings):
     async with running_bot(double, bot_settings):
-        job_id = await seed_turn(
-            bot_settings,
-            double.guild.id,
-            double.guild.channel.id,
-            double.player.id,
-            done=True,
-            posted=False,
-            safety=CLEAN,
-        )
+        job_id = await finished(double, bot_settings, CLEAN)
         post = await post_of(double, bot_settings, job_id)
     assert any(f.filename.endswith(".mp4") for f in post.files.values())
     ((safety, withheld),) = await read_db(bot_settings, select(Turn.safety, Turn.clip_withheld))
@@ -58,15 +50,7 @@ async def test_a_clean_clip_is_posted_and_its_scores_are_kept(double, bot_settin
 
 async def test_a_flagged_clip_is_never_uploaded_and_its_player_is_told_privately_why(double, bot_settings):
     async with running_bot(double, bot_settings):
-        job_id = await seed_turn(
-            bot_settings,
-            double.guild.id,
-            double.guild.channel.id,
-            double.player.id,
-            done=True,
-            posted=False,
-            safety=FLAGGED,
-        )
+        job_id = await finished(double, bot_settings, FLAGGED)
         post = await post_of(double, bot_settings, job_id)
         told = await double.wait_until(lambda: double.dms(double.player), 10, "a DM to the player")
     assert [f.filename for f in post.files.values()] == ["state.png"]  # the state card, never the clip
@@ -83,15 +67,7 @@ async def test_a_flagged_clip_is_never_uploaded_and_its_player_is_told_privately
 
 async def test_the_turn_of_a_withheld_clip_still_counts(double, bot_settings):
     async with running_bot(double, bot_settings):
-        job_id = await seed_turn(
-            bot_settings,
-            double.guild.id,
-            double.guild.channel.id,
-            double.player.id,
-            done=True,
-            posted=False,
-            safety=FLAGGED,
-        )
+        job_id = await finished(double, bot_settings, FLAGGED)
         await post_of(double, bot_settings, job_id)
     ((social,),) = await read_db(bot_settings, select(Character.social))
     ((instruction, after),) = await read_db(bot_settings, select(Turn.instruction, Turn.social_after))

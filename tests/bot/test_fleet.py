@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.clip_store import ClipStore
+from bot.clip_store import FolderStore
 from bot.outbox import OUTBOX_LEASE_SECONDS
-from bot.recaps import folder_in
 from db.base import utcnow
 from db.engine import make_engine, make_sessionmaker
 from db.leases import holder_of
@@ -263,8 +262,8 @@ async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_th
         await accepted(await double.slash("story act", wave, user=PLAYERS_IN_STORY[0]))
         await double.wait_until(lambda: clip_messages(double), timeout=90, what="the story turn's clip")
         (made,) = await (await double.slash("story recap", user=PLAYERS_IN_STORY[1])).followups(timeout=60)
-        recaps = folder_in(ClipStore(tmp_path / "shared-clips").root)
-        kept = [path.name for path in recaps.iterdir()]
+        store = FolderStore(tmp_path / "shared-clips")
+        kept = store.keys("recaps/")
         new = bots[1]
         assert new.proc is not None
         new.proc.kill()
@@ -275,7 +274,7 @@ async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_th
             await asyncio.sleep(0.1)
         refused = private_text(await (await double.slash("story recap", user=PLAYERS_IN_STORY[2])).answer())
         await (await double.slash("story end", user=PLAYERS_IN_STORY[0])).answer()
-        left = list(recaps.iterdir())
+        left = store.keys("recaps/")
     assert [f.filename for f in made.files] == ["story_1.mp4"] and len(kept) == 1, logs(bots)
     assert "had a recap just now" in refused, refused
     assert left == [], left

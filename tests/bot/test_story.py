@@ -13,7 +13,6 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import undefer
 
 from bot.clip_store import ClipStore
-from bot.recaps import folder_in
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import history_turn
 from db.models import Character, GuildSettings, Job, Story, StoryStatus, Turn
@@ -23,6 +22,7 @@ from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import read_db, running_bot, wait_for_db
 from tests.bot.helpers import accepted, private_text, shown
 from tests.discord_double import member
+from tests.results import report
 
 PLAYERS = [member("alice"), member("bob"), member("carol")]
 NAMES = ["Qiqi", "Sosuke", "Kiki"]
@@ -163,27 +163,26 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
 ):
     settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 0})
     clips = story_clips(tmp_path / "made", turns=4)
-    recaps = folder_in(ClipStore.of(settings).root)
+    store = ClipStore.of(settings)
     async with running_bot(double, settings):
         await begin_story(double)
         await add_finished_turns(settings, clips[:3])
         (first,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
-        (kept,) = recaps.iterdir()
-        made = kept.stat()
+        (kept,) = store.keys("recaps/")
+        made = store.path(kept).stat()
         (again,) = await (await double.slash("story recap", user=PLAYERS[1])).followups(timeout=60)
-        reused = kept.stat()
+        reused = store.path(kept).stat()
         await add_finished_turns(settings, clips[3:], first_seq=4)
         (later,) = await (await double.slash("story recap", user=PLAYERS[0])).followups(timeout=60)
     assert recap_clip(again) == recap_clip(first)
     assert (reused.st_ino, reused.st_mtime_ns) == (made.st_ino, made.st_mtime_ns)  # not made again
     assert decoded_frames(recap_clip(later)) == 4 * FRAMES
-    assert [path.name for path in recaps.iterdir()] != [kept.name]  # the outdated recap is gone
-    assert len(list(recaps.iterdir())) == 1
+    assert store.keys("recaps/") != [kept]  # the outdated recap is gone
+    assert len(store.keys("recaps/")) == 1
 
 
 async def test_a_recap_leaves_out_a_clip_the_servers_policy_withholds_here(double, bot_settings, tmp_path):
-    clean = SafetyReport(detector="test", scores={"ANUS_EXPOSED": 0.01}, frames=17)
-    flagged = SafetyReport(detector="test", scores={"ANUS_EXPOSED": 0.9}, frames=17)
+    clean, flagged = report(ANUS_EXPOSED=0.01), report(ANUS_EXPOSED=0.9)
     async with running_bot(double, bot_settings):
         await begin_story(double)
         await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=2), safety=[flagged, clean])
@@ -193,14 +192,14 @@ async def test_a_recap_leaves_out_a_clip_the_servers_policy_withholds_here(doubl
 
 
 async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(double, bot_settings, tmp_path):
-    recaps = folder_in(ClipStore.of(bot_settings).root)
+    store = ClipStore.of(bot_settings)
     async with running_bot(double, bot_settings):
         await begin_story(double)
         await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=3))
         await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
-        assert list(recaps.iterdir())
+        assert store.keys("recaps/")
         await (await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)).answer()
-        await double.wait_until(lambda: not list(recaps.iterdir()), 10, "the kept recap to be deleted")
+        await double.wait_until(lambda: not store.keys("recaps/"), 10, "the kept recap to be deleted")
 
 
 async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(double, bot_settings, tmp_path):

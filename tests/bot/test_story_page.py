@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from game.safety import SafetyReport
 from tests.bot.clip_samples import story_clips
 from tests.bot.conftest import running_bot
 from tests.bot.test_story import MOVES, NAMES, PLAYERS, add_finished_turns, begin_story, story_turn
 from tests.chromium import CHROMIUM, MISSING, chromium
+from tests.results import report
 
 CLIP = re.compile(r'<video src="data:video/mp4;base64,([A-Za-z0-9+/=]+)"')
 # Waits until every clip on the page is playing (or 10 s), then says what each shows.
@@ -105,8 +105,7 @@ async def test_a_page_too_large_for_every_clip_keeps_the_newest_and_says_so(doub
 async def test_a_clip_the_servers_policy_withholds_here_stays_off_the_page(double, bot_settings, tmp_path):
     """A flagged clip (posted, say, while the channel was age-restricted) is not carried where it may not be posted
     now; its turn's text stays."""
-    clean = SafetyReport(detector="test", scores={"BUTTOCKS_EXPOSED": 0.01}, frames=17)
-    flagged = SafetyReport(detector="test", scores={"BUTTOCKS_EXPOSED": 0.9}, frames=17)
+    clean, flagged = report(BUTTOCKS_EXPOSED=0.01), report(BUTTOCKS_EXPOSED=0.9)
     async with running_bot(double, bot_settings):
         await begin_story(double)
         await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=2), safety=[clean, flagged])

@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import undefer
 
-from bot.clip_store import ClipStore
+from bot.clip_store import FolderStore
 from db import jobs as j
 from db import queries as q
 from db.base import utcnow
@@ -75,7 +75,7 @@ async def test_old_turns_lose_both_and_the_characters_newest_five_keep_both(
 ) -> None:
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips) for _ in range(8)]
-    swept = await sweep(sessions, representation_days=7, clip_days=30, delete_clips=ClipStore(clips).delete)
+    swept = await sweep(sessions, representation_days=7, clip_days=30, delete_clips=FolderStore(clips).delete)
     newest = set(turns[-MAX_WINDOW:])
     assert await _kept(sessions) == {t: (t in newest, t in newest) for t in turns}
     assert (swept.representations, swept.clips) == (3, 3)
@@ -87,7 +87,7 @@ async def test_recent_turns_keep_both_whatever_their_number(
 ) -> None:
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips, age=timedelta(days=2)) for _ in range(8)]
-    await sweep(sessions, representation_days=7, clip_days=30, delete_clips=ClipStore(clips).delete)
+    await sweep(sessions, representation_days=7, clip_days=30, delete_clips=FolderStore(clips).delete)
     assert await _kept(sessions) == {t: (True, True) for t in turns}
 
 
@@ -96,7 +96,7 @@ async def test_each_setting_has_its_own_age_and_zero_keeps_forever(
 ) -> None:
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips, age=timedelta(days=10)) for _ in range(7)]
-    await sweep(sessions, representation_days=7, clip_days=0, delete_clips=ClipStore(clips).delete)
+    await sweep(sessions, representation_days=7, clip_days=0, delete_clips=FolderStore(clips).delete)
     assert await _kept(sessions) == {t: (t in turns[-MAX_WINDOW:], True) for t in turns}
 
 
@@ -111,7 +111,7 @@ async def test_a_storys_newest_five_keep_both_though_each_player_played_more_sin
     async with sessions() as s:
         story = await s.get_one(Story, story_id)
         history_before = await j.build_history(s, story, window=MAX_WINDOW, model_key="toy")
-    await sweep(sessions, representation_days=7, clip_days=30, delete_clips=ClipStore(clips).delete)
+    await sweep(sessions, representation_days=7, clip_days=30, delete_clips=FolderStore(clips).delete)
     kept = {t for t, (rep, _) in (await _kept(sessions)).items() if rep}
     assert kept == set(story_turns[-MAX_WINDOW:]) | set(solo)
     async with sessions() as s:
@@ -136,7 +136,7 @@ async def test_the_next_prompts_history_is_the_same_after_a_sweep(
             ]
 
     before = await histories()
-    await sweep(sessions, representation_days=1, clip_days=1, delete_clips=ClipStore(clips).delete)
+    await sweep(sessions, representation_days=1, clip_days=1, delete_clips=FolderStore(clips).delete)
     assert await histories() == before
     assert all(len(h) == MAX_WINDOW - 1 for h in before)
 
@@ -146,7 +146,7 @@ async def test_a_sweep_goes_batch_by_batch_through_every_old_turn(
 ) -> None:
     characters = [await _character(sessions, user) for user in range(100, 104)]
     turns = [await _play(sessions, make_result, c, clips) for c in characters * 7]
-    swept = await sweep(sessions, representation_days=7, clip_days=30, size=3, delete_clips=ClipStore(clips).delete)
+    swept = await sweep(sessions, representation_days=7, clip_days=30, size=3, delete_clips=FolderStore(clips).delete)
     assert (swept.representations, swept.clips) == (4 * 2, 4 * 2)
     assert sum(rep for rep, _ in (await _kept(sessions)).values()) == len(turns) - 8
 
@@ -157,7 +157,7 @@ async def test_an_expired_clip_is_recorded_and_a_missing_file_is_no_error(
     alice = await _character(sessions, ALICE)
     turns = [await _play(sessions, make_result, alice, clips) for _ in range(MAX_WINDOW + 1)]
     (clips / f"job_{turns[0]}.mp4").unlink()  # someone removed it by hand already
-    swept = await sweep(sessions, representation_days=0, clip_days=30, delete_clips=ClipStore(clips).delete)
+    swept = await sweep(sessions, representation_days=0, clip_days=30, delete_clips=FolderStore(clips).delete)
     assert swept.files_missing == [f"job_{turns[0]}.mp4"]
     async with sessions() as s:
         oldest = await s.get_one(Turn, turns[0], options=[undefer(Turn.representation)])

