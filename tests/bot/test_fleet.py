@@ -35,6 +35,7 @@ from tests.bot.test_story_votes import ALICE, PROPOSALS, VOTERS, propose, round_
 from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, read_jobs, settle, setup_servers
 from tests.db.conftest import POSTGRES_URL, Postgres
 from tests.discord_double import DiscordDouble, Guild, shard_for
+from tests.s3_server import S3Server
 from tests.workers import machine, start_worker, worker_env
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL and Redis
@@ -161,6 +162,51 @@ async def test_a_bot_killed_after_applying_results_leaves_their_clips_to_the_oth
     assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3Server]:
+    server = S3Server(tmp_path / "seaweedfs")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_with_no_folder_in_common_a_killed_bots_turns_are_posted_by_the_other_with_their_clips(
+    redis_url: str, tmp_path: Path, fleet_database: str, s3: S3Server
+) -> None:
+    """The same, with clips in an S3-compatible store and each bot's clip folder its own: the bot that applied the
+    most is killed with its posts unsent, and the other posts every turn with the clip it reads from the store."""
+    store = {
+        "ANIMEGAMER_CLIP_DIR": "",  # unset: each bot's own <data dir>/clips, on a machine of its own
+        "ANIMEGAMER_CLIP_STORE": f"s3://{s3.bucket}/fleet",
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+    }
+    guilds, players = crowd(4, guilds=2)
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, extra_env=store) as (double, bots):
+        await setup_servers(double, guilds, players)
+        double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
+        handles = await burst(double, players)
+        await until_all_applied(fleet_database, len(players))
+        applied = [bot.log.read_text(errors="replace").count(" done in ") for bot in bots]
+        victim = bots[applied.index(max(applied))]
+        assert victim.proc is not None
+        victim.proc.kill()
+        victim.proc.wait(10)
+        double.clear_faults()
+        jobs = await settle(double, fleet_database, handles, timeout=120)
+    posted = clip_messages(double)
+    assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
+    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost, none without its clip
+    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+    sizes = [len(f.data) for m in double.messages() for f in m.files.values() if f.filename.endswith(".mp4")]
+    assert len(sizes) == len(players) and min(sizes) > 1000  # real MP4s, read back from the store
+    kept = [path for name in ("old", "new") for path in (tmp_path / f"{name}-bot").rglob("*.mp4")]
+    assert kept == []  # no clip in either bot's folder
 
 
 async def until_all_applied(database: str, count: int, timeout: float = 120.0) -> None:

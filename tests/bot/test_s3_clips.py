@@ -7,6 +7,7 @@ the secret.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,3 +129,32 @@ async def test_a_turn_made_by_a_worker_is_stored_in_the_bucket_and_posted_from_i
     (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
     assert ClipStore.of(settings).get(ClipStore.key(double.guild.id, job_id)) == clip.data
     assert not (tmp_path / "clips").exists()  # nothing of it in a folder
+
+
+async def test_a_store_that_is_down_while_a_turn_finishes_delays_its_post_and_loses_nothing(
+    sqlite_worker, tmp_path: Path, double
+) -> None:
+    """The store is killed as the turn is taken: the made turn waits (the player told once that it is late), and
+    once the store is back its clip is written and posted, once."""
+    own = S3Server(tmp_path / "seaweedfs")
+    own.start()
+    try:
+        settings = own.settings(settings_beside(sqlite_worker, tmp_path), "outage")
+        async with running_bot(double, settings, sqlite_worker):
+            await (await double.slash("start", {"character": "Qiqi"})).answer()
+            own.stop()
+            progress = await double.slash("act", {"motion": "gently wave", "background": "day town"})
+            await accepted(progress)
+            await double.wait_until(lambda: "late" in progress.original.content, 90, "the late notice")
+            await asyncio.sleep(3)  # a few more tries against the stopped store
+            own.start()
+            ((message_id,),) = await wait_for_db(
+                settings, select(Job.result_message_id), lambda rows: rows and rows[0][0], timeout=120
+            )
+            edits = [str((c.json or {}).get("content", "")) for c in double.calls_to("PATCH", r".*")]
+    finally:
+        own.stop()
+    (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
+    assert len(clip.data) > 1000
+    assert sum("Made, but late" in text for text in edits) == 1  # told once
+    assert len([m for m in double.messages() if any(f.filename.endswith(".mp4") for f in m.files.values())]) == 1
