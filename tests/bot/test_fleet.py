@@ -142,26 +142,33 @@ async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
 async def test_a_bot_killed_after_applying_results_leaves_their_clips_to_the_other_to_post_once(
     redis_url: str, tmp_path: Path, fleet_database: str
 ) -> None:
-    """Discord holds every post (429s) while both bots apply the results; the one that applied the most is then
-    killed (SIGKILL) with its posts unsent, Discord lets posts through, and the other posts them from the clip
+    """The bot that applied the most results is killed with its posts unsent; the other posts them from the clip
     folder the two share."""
     guilds, players = crowd(4, guilds=2)
     async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
-        await setup_servers(double, guilds, players)
-        double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
-        handles = await burst(double, players)
-        await until_all_applied(fleet_database, len(players))
-        applied = [bot.log.read_text(errors="replace").count(" done in ") for bot in bots]
-        victim = bots[applied.index(max(applied))]
-        assert victim.proc is not None
-        victim.proc.kill()
-        victim.proc.wait(10)
-        double.clear_faults()
-        jobs = await settle(double, fleet_database, handles, timeout=120)
+        applied, jobs = await kill_the_busiest_with_its_posts_unsent(double, bots, fleet_database, guilds, players)
     posted = clip_messages(double)
     assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+async def kill_the_busiest_with_its_posts_unsent(
+    double: DiscordDouble, bots: list[BotProcess], database: str, guilds: list, players: list
+) -> tuple[list[int], list]:
+    """Discord holds every post (429s) while the bots apply a burst's results; the one that applied the most is
+    killed (SIGKILL), then Discord lets posts through. Returns each bot's count of results applied, and the jobs."""
+    await setup_servers(double, guilds, players)
+    double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
+    handles = await burst(double, players)
+    await until_all_applied(database, len(players))
+    applied = [bot.log.read_text(errors="replace").count(" done in ") for bot in bots]
+    victim = bots[applied.index(max(applied))]
+    assert victim.proc is not None
+    victim.proc.kill()
+    victim.proc.wait(10)
+    double.clear_faults()
+    return applied, await settle(double, database, handles, timeout=120)
 
 
 @pytest.fixture
@@ -188,17 +195,7 @@ async def test_with_no_folder_in_common_a_killed_bots_turns_are_posted_by_the_ot
     }
     guilds, players = crowd(4, guilds=2)
     async with fleet(tmp_path, redis_url, fleet_database, guilds, extra_env=store) as (double, bots):
-        await setup_servers(double, guilds, players)
-        double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
-        handles = await burst(double, players)
-        await until_all_applied(fleet_database, len(players))
-        applied = [bot.log.read_text(errors="replace").count(" done in ") for bot in bots]
-        victim = bots[applied.index(max(applied))]
-        assert victim.proc is not None
-        victim.proc.kill()
-        victim.proc.wait(10)
-        double.clear_faults()
-        jobs = await settle(double, fleet_database, handles, timeout=120)
+        applied, jobs = await kill_the_busiest_with_its_posts_unsent(double, bots, fleet_database, guilds, players)
     posted = clip_messages(double)
     assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost, none without its clip
