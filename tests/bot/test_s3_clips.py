@@ -158,3 +158,15 @@ async def test_a_store_that_is_down_while_a_turn_finishes_delays_its_post_and_lo
     assert len(clip.data) > 1000
     assert sum("Made, but late" in text for text in edits) == 1  # told once
     assert len([m for m in double.messages() if any(f.filename.endswith(".mp4") for f in m.files.values())]) == 1
+
+
+async def test_purging_a_player_deletes_their_clips_from_the_store(s3: S3Server, tmp_path: Path, double) -> None:
+    settings = s3.settings(idle_settings(tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path}/game.db"), "purge")
+    store = ClipStore.of(settings)
+    async with running_bot(double, settings):
+        job_id = await seed_turn(settings, double.guild.id, double.guild.channel.id, double.player.id, done=True)
+        key = ClipStore.key(double.guild.id, job_id)
+        assert store.exists(key)
+        purge = await double.slash("admin purge", {"user": double.player}, user=double.guild.owner)
+        assert "1 clip file(s)" in (await purge.answer()).json["content"]
+    assert not store.exists(key)
