@@ -83,6 +83,7 @@ class Delivery:
         self.bot = bot
         self._posting: dict[int, asyncio.Task[None]] = {}
         self._retry_at: dict[int, float] = {}  # job id -> monotonic time of its next attempt
+        self._store_tries: dict[int, int] = {}  # job id -> posts in a row the clip store did not answer
         self._slots = asyncio.Semaphore(bot.settings.delivery_concurrency)
 
     async def post_pending(self) -> set[int]:
@@ -117,12 +118,16 @@ class Delivery:
             async with self._slots:
                 await self.post(job)
             self._retry_at.pop(job.id, None)
+            self._store_tries.pop(job.id, None)
         except Exception as exc:
             await self._failed(job, exc)
         finally:
             self._posting.pop(job.id, None)
 
     async def _failed(self, job: JobInfo, exc: Exception) -> None:
+        if isinstance(exc, StoreUnavailable):
+            await self._store_down(job, exc)
+            return
         if is_permanent(exc):
             log.warning("job %s: channel %s refuses the post for good (%s)", job.id, job.channel_id, exc)
             await self.give_up(job, _why(exc))
@@ -137,6 +142,17 @@ class Delivery:
         self._retry_at[job.id] = time.monotonic() + delay
         self.bot.metrics.delivery_retries.inc()
         log.warning("job %s: post failed (%r); attempt %d again in %.1fs", job.id, exc, failures + 1, delay)
+
+    async def _store_down(self, job: JobInfo, exc: StoreUnavailable) -> None:
+        """The clip store does not answer: the post waits, backing off, for as long as it takes. This is not
+        Discord failing, so it spends none of the post's attempts; the player hears once that the turn is late."""
+        tries = self._store_tries[job.id] = self._store_tries.get(job.id, 0) + 1
+        delay = backoff_seconds(tries)
+        self._retry_at[job.id] = time.monotonic() + delay
+        log.warning("job %s: its clip cannot be read (%s); posting again in %.1fs", job.id, exc, delay)
+        if tries == 1:
+            late = "Made, but late: the bot cannot read the clip right now. It will be posted soon."
+            await self.bot.notices.edit_progress(job, f"🎬 {job.instruction}\n{late}", force=True)
 
     async def give_up(self, job: JobInfo, why: str) -> None:
         """Tell the player where their turn is, then mark the post undeliverable (never tried again)."""

@@ -170,3 +170,40 @@ async def test_purging_a_player_deletes_their_clips_from_the_store(s3: S3Server,
         purge = await double.slash("admin purge", {"user": double.player}, user=double.guild.owner)
         assert "1 clip file(s)" in (await purge.answer()).json["content"]
     assert not store.exists(key)
+
+
+async def test_a_store_that_is_down_when_a_clip_is_to_be_posted_delays_the_post_and_it_goes_out_with_its_clip(
+    sqlite_worker, tmp_path: Path, double
+) -> None:
+    """Discord refuses posts for a while (408, which the bot retries itself) once the turn is made and its clip
+    stored; the store is killed, Discord lets posts through: the post waits for the store (the player told once),
+    and goes out with its clip, once."""
+    own = S3Server(tmp_path / "seaweedfs")
+    own.start()
+    try:
+        settings = own.settings(settings_beside(sqlite_worker, tmp_path), "posting")
+        async with running_bot(double, settings, sqlite_worker):
+            await (await double.slash("start", {"character": "Qiqi"})).answer()
+            refused = double.fail("POST", r"/channels/\d+/messages", status=408, times=None)
+            await accepted(await double.slash("act", {"motion": "gently wave", "background": "day town"}))
+            await double.wait_until(lambda: refused.hits >= 1, 90, "a refused post of the made turn")
+            own.stop()
+            double.clear_faults()
+            told = "cannot read the clip"
+            await double.wait_until(
+                lambda: any(told in str((c.json or {}).get("content")) for c in double.calls_to("PATCH", r".*")),
+                60,
+                "the late notice",
+            )
+            await asyncio.sleep(3)  # a few more tries against the stopped store
+            own.start()
+            ((message_id,),) = await wait_for_db(
+                settings, select(Job.result_message_id), lambda rows: rows[0][0], timeout=120
+            )
+            edits = [str((c.json or {}).get("content", "")) for c in double.calls_to("PATCH", r".*")]
+    finally:
+        own.stop()
+    (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
+    assert len(clip.data) > 1000
+    assert sum(told in text for text in edits) == 1
+    assert len([m for m in double.messages() if any(f.filename.endswith(".mp4") for f in m.files.values())]) == 1
