@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------
 
 
-async def insert_ignore(session: AsyncSession, model: type[DeclarativeBase], **values: Any) -> None:
-    """INSERT that does nothing when the row exists, so concurrent first uses do not collide.
+async def insert_ignore(session: AsyncSession, model: type[DeclarativeBase], **values: Any) -> bool:
+    """INSERT that does nothing when the row exists, so concurrent first uses do not collide; True if it inserted.
 
     A SELECT-then-INSERT would let two commands for a new guild both insert and one fail.
     """
@@ -53,7 +53,7 @@ async def insert_ignore(session: AsyncSession, model: type[DeclarativeBase], **v
         stmt = postgresql.insert(model).values(**values).on_conflict_do_nothing()
     else:  # pragma: no cover - only SQLite and PostgreSQL are supported
         raise NotImplementedError(f"no insert-or-ignore for {dialect}")
-    await session.execute(stmt)
+    return bool((await session.execute(stmt)).rowcount)
 
 
 async def get_or_create_guild(session: AsyncSession, guild_id: int, name: str | None = None) -> Guild:

@@ -10,25 +10,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from db.base import utcnow
 from db.models import ClipReport, Job, Turn
+from db.queries import insert_ignore
 
 REMOVED, DISMISSED = "removed", "dismissed"
 
 
 async def add_report(session: AsyncSession, guild_id: int, turn_id: int, reporter_id: int) -> bool:
     """Record a player's report of a turn's clip; False when they had reported it already."""
-    insert = sqlite.insert if session.get_bind().dialect.name == "sqlite" else postgresql.insert
-    stmt = (
-        insert(ClipReport)
-        .values(guild_id=guild_id, turn_id=turn_id, reporter_id=reporter_id)
-        .on_conflict_do_nothing()
-        .returning(ClipReport.id)
-    )
-    return (await session.execute(stmt)).scalar() is not None
+    return await insert_ignore(session, ClipReport, guild_id=guild_id, turn_id=turn_id, reporter_id=reporter_id)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ class DetectorUnavailable(RuntimeError):
 class ClipChecker(Protocol):
     """Whatever scores a clip's frames: ``(T, H, W, 3)`` uint8 RGB in, a report out. Never raises."""
 
+    name: str  # what /readyz and the reports say checked the clips
+
     def __call__(self, frames: np.ndarray) -> SafetyReport: ...
 
 
@@ -140,6 +142,10 @@ class Missing:
     """A worker with no detector: every clip's report says why, and the bot withholds the clip."""
 
     why: str
+
+    @property
+    def name(self) -> str:
+        return f"none: {self.why}"
 
     def __call__(self, frames: np.ndarray) -> SafetyReport:
         return unchecked(self.why)

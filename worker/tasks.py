@@ -319,14 +319,7 @@ def readiness(model: str, queues: list[str], preload: bool) -> tuple[bool, dict[
         "loaded": pipelines is not None,
         "characters": sorted(pipelines) if pipelines is not None else [],
         # Which detector checks its clips; without one, every clip it makes is withheld (worker/safety.py).
-        "detector": _detector_name(pipelines),
+        "detector": next(iter(pipelines.values())).safety_checker.name if pipelines else "",
         "queues": queues,
     }
     return ready, report
-
-
-def _detector_name(pipelines: dict[str, AnimeGamerPipeline] | None) -> str:
-    checker = next(iter(pipelines.values())).safety_checker if pipelines else None
-    if checker is None:
-        return ""
-    return getattr(checker, "name", None) or f"none: {getattr(checker, 'why', type(checker).__name__)}"

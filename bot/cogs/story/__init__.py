@@ -229,7 +229,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         ``work``, which the caller keeps until it is sent."""
         rules = await ClipRules.of(self.bot, guild_id, channel_id)  # a clip withheld here stays out of the recap
         kept = [(turn.id, turn.clip_key) for turn, _ in turns if turn.clip_key and rules.shown_again(turn.safety)]
-        clips = [(turn_id, key) for turn_id, key in kept if await asyncio.to_thread(self.bot.clips.exists, key)]
+        clips = await asyncio.to_thread(lambda: [(turn_id, key) for turn_id, key in kept if self.bot.clips.exists(key)])
         if not clips:
             return [], "\n(No clips are left to join.)"
         try:
@@ -253,10 +253,10 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         if not turns:
             raise Refusal("Nothing has happened in this story yet.")
         rules = await ClipRules.of(self.bot, interaction.guild_id, interaction.channel_id)
-        shown = [(turn, name) for turn, name in turns if rules.shown_again(turn.safety)]  # the others: text only
+        shown = {turn.id for turn, _ in turns if rules.shown_again(turn.safety)}  # the others: text only
         # Reading and base64-encoding every clip blocks: off the event loop, so every other command still runs.
         page, left_out = await asyncio.to_thread(
-            story_page, story.title, turns, self.bot.clips, self._upload_limit(interaction), {t.id for t, _ in shown}
+            story_page, story.title, turns, self.bot.clips, self._upload_limit(interaction), shown
         )
         note = f" The {left_out} oldest clips did not fit in one file." if left_out else ""
         title = discord.utils.escape_markdown(story.title)
