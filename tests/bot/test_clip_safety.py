@@ -199,6 +199,22 @@ async def test_removing_a_reported_clip_deletes_its_message_and_stored_clip_and_
     assert ("clip removed", f"job {job_id}") in await read_db(bot_settings, select(AuditLog.action, AuditLog.target))
 
 
+async def test_a_removal_discord_refuses_changes_nothing_and_can_be_asked_again(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await finished(double, bot_settings, CLEAN)
+        post = await post_of(double, bot_settings, job_id)
+        await click(double, post, job_id, "report", BOB)
+        double.fail("DELETE", rf"/channels/\d+/messages/{post.id}", status=403, code=50013)
+        refused = await double.slash("admin reports remove", {"job": job_id}, user=MOD)
+        assert "try again" in private_text(await refused.answer())
+        assert clip_path(bot_settings, double.guild.id, job_id).exists()  # nothing changed: the turn, its clip
+        assert "1 report(s)" in private_text(await (await double.slash("admin reports list", user=MOD)).answer())
+        again = await double.slash("admin reports remove", {"job": job_id}, user=MOD)
+        assert "deleted" in private_text(await again.answer())
+    assert double.message(post.id).deleted
+    assert not clip_path(bot_settings, double.guild.id, job_id).exists()
+
+
 async def test_dismissing_reports_keeps_the_clip(double, bot_settings):
     async with running_bot(double, bot_settings):
         job_id = await finished(double, bot_settings, CLEAN)
