@@ -31,7 +31,7 @@ from db.jobs import JobInfo, arm_deadline, build_history, jobs_in_flight, jobs_t
 from db.models import Character, GuildSettings, Job, Story, Turn
 from game.contract import TurnRequest
 from game.history import DEFAULT_WINDOW
-from game.instruction import parse
+from game.instruction import parse, unreadable
 from game.jobs import JobStatus, Limits
 from game.schedule import Waiting, fair_order, fifo_order, window_for
 from relay.blob_store import BlobStore
@@ -66,8 +66,10 @@ class Outbox:
         self._sending = asyncio.Lock()  # the tick and the submissions' own sends, one at a time
 
     def queue_of(self, job: JobInfo) -> str:
-        character = parse(job.instruction).character if self.settings.model == RELEASE_MODEL else ""
-        return queue_for(self.settings, character)
+        """The queue a job goes to; the default one for a job this version cannot read (the supervisor fails it)."""
+        if self.settings.model != RELEASE_MODEL or unreadable(job.instruction) is not None:
+            return queue_for(self.settings, "")
+        return queue_for(self.settings, parse(job.instruction).character)
 
     def room(self, queue: str) -> int:
         """How many more turns this queue may take at the broker now."""
@@ -90,7 +92,11 @@ class Outbox:
             async with self.sessions() as session:
                 in_flight = await jobs_in_flight(session)
                 fresh = utcnow() - OUTBOX_GRACE
-                waiting = [job for job in await jobs_to_send(session) if job.id in self._left or job.queued_at < fresh]
+                waiting = [
+                    job
+                    for job in await jobs_to_send(session)
+                    if (job.id in self._left or job.queued_at < fresh) and unreadable(job.instruction) is None
+                ]
             unsent = {job.id for job in in_flight if job.status is JobStatus.QUEUED and job.sent_at is None}
             self._left &= unsent
             self._at_broker = Counter(

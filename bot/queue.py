@@ -128,9 +128,9 @@ class TurnQueue:
 
         await self._call(cancel)
 
-    async def release(self, task_id: str) -> None:
-        """Forget a vanished worker's claim before the job is sent again."""
-        await self._call(lambda: self.control.release(task_id))
+    async def release(self, task_id: str, holder: str) -> bool:
+        """Forget a job's claim before it is sent again, only if ``holder`` still holds it (see JobControl)."""
+        return await self._call(lambda: self.control.release(task_id, holder))
 
     async def broker_started(self) -> datetime | None:
         """When the broker last started, for a broker that forgets its queue on restart (Redis).

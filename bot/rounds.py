@@ -30,7 +30,7 @@ from db.base import utcnow
 from db.jobs import create_turn, set_job_messages
 from db.models import Job, JobKind, RoundStatus, StoryRound
 from db.rounds import close_round, due_rounds, standing, unposted_rounds, voters_for
-from game.instruction import parse
+from game.instruction import parse, unreadable
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -80,6 +80,10 @@ class Rounds(Background):
         async with self.bot.submitting, self.bot.sessions() as session, session.begin():
             closed = await close_round(session, round_id)
             chosen = closed.winner if closed is not None else None
+            if chosen is not None and (why := unreadable(chosen.instruction)) is not None:
+                # Proposed before a change this version does not read: the round still closes, and the next opens.
+                log.warning("round %s: proposal %s cannot be read by this version (%s)", round_id, chosen.id, why)
+                chosen = None
             if closed is not None and chosen is not None:
                 story = closed.story
                 turn, _ = await create_turn(

@@ -59,8 +59,10 @@ from db.jobs import (
 )
 from db.models import Job
 from game.contract import PROGRESS_STATE, Progress, Stage, TurnResult, inline
+from game.instruction import unreadable
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
 from relay.blob_store import BlobError
+from relay.control import ENDED
 from relay.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ MAX_BACKOFF_SECONDS = 30.0
 STORE_WAIT = timedelta(minutes=10)  # a made turn whose clip cannot be written (a full disk) waits this long
 STORE_BACKOFF_MAX = 60.0  # seconds between its tries, doubling from one
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
+UNREADABLE = "This turn can no longer be made: the game changed since it was asked"
 
 
 class Poster(Protocol):
@@ -187,6 +190,10 @@ class Supervisor(Background):
             return None
 
     async def watch(self, job: JobInfo, looks: dict[str, Look] | None, broker_started: datetime | None = None) -> None:
+        why = unreadable(job.instruction)
+        if why is not None:  # stored by an earlier version: it can never be made, and must not stall the others
+            await self.fail(job, f"its stored instruction cannot be read by this version: {why}", UNREADABLE)
+            return
         look = looks.get(job.task_id) if looks is not None else None
         seen = look.seen if look is not None else Seen.UNKNOWN if job.sent_at is not None else Seen.NOTHING
         if seen is Seen.NOTHING and job.sent_at and broker_started and job.sent_at < broker_started:
@@ -208,12 +215,13 @@ class Supervisor(Background):
             await self.succeed(job, look.info if look is not None else None)
             return
         if event is Event.HANDED_BACK:
-            await self.queue.release(job.task_id)  # QueueUnavailable: not handed back this tick
-            reason = (
-                "its worker stopped reporting" if look is None or look.seen is not Seen.ENDED else "its result was lost"
-            )
+            lost_result = look is not None and look.seen is Seen.ENDED
+            if lost_result:  # an ended claim refuses every delivery: forget it, if it is still the one seen
+                await self.queue.release(job.task_id, ENDED)  # QueueUnavailable: not handed back this tick
+            reason = "its result was lost" if lost_result else "its worker stopped reporting"
             async with self.sessions() as session, session.begin():
-                moved = await hand_back(session, job.id, deadline_after(event, now, self.limits), reason)
+                deadline = deadline_after(event, now, self.limits)
+                moved = await hand_back(session, job.id, deadline, reason, job.attempts)
             if moved:
                 log.warning("job %s handed back (%s); sending it again", job.id, reason)
                 await self.notices.edit_progress(job, f"🎬 {job.instruction}\nA worker stopped; trying again…")
@@ -223,15 +231,15 @@ class Supervisor(Background):
             return
         async with self.sessions() as session, session.begin():
             if event is Event.STARTED:
-                if await mark_started(session, job.id, deadline_after(event, now, self.limits)):
+                if await mark_started(session, job.id, deadline_after(event, now, self.limits), job.attempts):
                     log.info("job %s started", job.id)
             elif event is Event.BEAT:
-                await beat(session, job.id, deadline_after(event, now, self.limits))
+                await beat(session, job.id, deadline_after(event, now, self.limits), job.attempts)
             elif event is Event.REQUEUED:
-                if await requeue(session, job.id):
+                if await requeue(session, job.id, job.attempts):
                     log.warning("job %s: the broker restarted and lost its message; sending it again", job.id)
             elif event is Event.EXPIRED:
-                expired = await expire_job(session, job.id)
+                expired = await expire_job(session, job.id, job.attempts)
         if event is Event.EXPIRED and expired:
             self.metrics.turn_ended("expired")
             waited = max(1, round((now - job.queued_at).total_seconds() / 60))
@@ -307,13 +315,13 @@ class Supervisor(Background):
         waiting.delay = min(waiting.delay * 2, STORE_BACKOFF_MAX)
         waiting.next_try = now + waiting.delay
 
-    async def fail(self, job: JobInfo, details: str) -> None:
+    async def fail(self, job: JobInfo, details: str, told: str = "This turn could not be made") -> None:
         """Fail a job: the player gets one sentence and an error id, the server's audit log the error id and what
         went wrong in a few words; the details (host paths, exception text) only the operator's log and the job's
         row, since every admin of the server reads the audit log."""
         eid = error_id(job.id)
         async with self.sessions() as session, session.begin():
-            failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000])
+            failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000], job.attempts)
             if failed and job.guild_id is not None:
                 summary = details.split(": ", 1)[0].split(" (", 1)[0]
                 await moderation.audit(session, job.guild_id, 0, "turn failed", f"job {job.id}", f"{eid}: {summary}")
@@ -321,7 +329,7 @@ class Supervisor(Background):
             return
         self.metrics.turn_ended("failed")
         log.error("job %s failed [%s]: %s", job.id, eid, details)
-        await self.notices.tell(job, f"This turn could not be made (error `{eid}`); try again with /act.")
+        await self.notices.tell(job, f"{told} (error `{eid}`); try again with /act.")
         await self._forget(job)
 
     async def show_progress(self, job: JobInfo, progress: Progress) -> None:

@@ -159,6 +159,15 @@ def _one_in_flight_refused(exc: IntegrityError) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+def fenced(attempt: int | None) -> tuple[ColumnElement[bool], ...]:
+    """The guard of a move decided from a reading of the job: it still is in the attempt (the send) that was read.
+
+    A process that paused after reading (a GC pause, a frozen VM, a tick stuck on Discord) may wake after another
+    has handed the turn back and sent it again; its move then matches no row, since every send counts an attempt.
+    """
+    return () if attempt is None else (Job.attempts == attempt,)
+
+
 async def _move(session: AsyncSession, job_id: int, event: Event, *guards: ColumnElement[bool], **values: Any) -> bool:
     rule = MOVES[event]
     result = await session.execute(
@@ -195,21 +204,22 @@ async def arm_deadline(session: AsyncSession, job_id: int, deadline: datetime) -
     return _changed(result)
 
 
-async def mark_started(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
+async def mark_started(session: AsyncSession, job_id: int, deadline: datetime, attempt: int | None = None) -> bool:
     """queued -> running: a worker claimed it."""
     return await _move(
         session,
         job_id,
         Event.STARTED,
         Job.sent_at.is_not(None),
+        *fenced(attempt),
         started_at=func.coalesce(Job.started_at, utcnow()),
         deadline_at=deadline,
     )
 
 
-async def beat(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
+async def beat(session: AsyncSession, job_id: int, deadline: datetime, attempt: int | None = None) -> bool:
     """Its worker was seen: the running job's deadline moves on."""
-    return await _move(session, job_id, Event.BEAT, deadline_at=deadline)
+    return await _move(session, job_id, Event.BEAT, *fenced(attempt), deadline_at=deadline)
 
 
 async def update_progress(session: AsyncSession, job_id: int, step: int, total: int) -> bool:
@@ -226,21 +236,33 @@ async def update_progress(session: AsyncSession, job_id: int, step: int, total: 
     return _changed(result)
 
 
-async def hand_back(session: AsyncSession, job_id: int, deadline: datetime, reason: str) -> bool:
+async def hand_back(
+    session: AsyncSession, job_id: int, deadline: datetime, reason: str, attempt: int | None = None
+) -> bool:
     """running -> queued and not sent: its worker vanished, so the outbox sends it again."""
     return await _move(
-        session, job_id, Event.HANDED_BACK, sent_at=None, deadline_at=deadline, error=reason, step=0, progress=0.0
+        session,
+        job_id,
+        Event.HANDED_BACK,
+        *fenced(attempt),
+        sent_at=None,
+        deadline_at=deadline,
+        error=reason,
+        step=0,
+        progress=0.0,
     )
 
 
-async def requeue(session: AsyncSession, job_id: int) -> bool:
+async def requeue(session: AsyncSession, job_id: int, attempt: int | None = None) -> bool:
     """queued and sent -> queued and not sent: the broker lost its message, so the outbox sends it again."""
-    return await _move(session, job_id, Event.REQUEUED, Job.sent_at.is_not(None), sent_at=None)
+    return await _move(session, job_id, Event.REQUEUED, Job.sent_at.is_not(None), *fenced(attempt), sent_at=None)
 
 
-async def fail_job(session: AsyncSession, job_id: int, error: str) -> bool:
+async def fail_job(session: AsyncSession, job_id: int, error: str, attempt: int | None = None) -> bool:
     """A job in flight -> failed, keeping the error's details (for the log and /admin audit)."""
-    return await _move(session, job_id, Event.FAILED, error=error, finished_at=utcnow(), deadline_at=None)
+    return await _move(
+        session, job_id, Event.FAILED, *fenced(attempt), error=error, finished_at=utcnow(), deadline_at=None
+    )
 
 
 async def cancel_job(session: AsyncSession, job_id: int) -> bool:
@@ -254,10 +276,16 @@ async def cancel_job(session: AsyncSession, job_id: int) -> bool:
     return await _move(session, job_id, Event.CANCELLED, finished_at=now, deadline_at=None, cancel_marked_at=told)
 
 
-async def expire_job(session: AsyncSession, job_id: int) -> bool:
+async def expire_job(session: AsyncSession, job_id: int, attempt: int | None = None) -> bool:
     """A queued job nobody picked up in time -> expired."""
     return await _move(
-        session, job_id, Event.EXPIRED, error="no worker picked it up in time", finished_at=utcnow(), deadline_at=None
+        session,
+        job_id,
+        Event.EXPIRED,
+        *fenced(attempt),
+        error="no worker picked it up in time",
+        finished_at=utcnow(),
+        deadline_at=None,
     )
 
 

@@ -87,6 +87,18 @@ def parse(text: str) -> Instruction:
     return from_fields(match["character"], match["motion"], match["background"])
 
 
+def unreadable(stored: str) -> str | None:
+    """Why this version cannot play an instruction an earlier one stored (its grammar or checks changed since), or
+    None. Never raises, whatever the stored text: one such row must fail its own turn, not every duty that reads it."""
+    try:
+        parse(stored)
+    except InstructionError as exc:
+        return exc.reason
+    except Exception as exc:  # a parser bug on some text is still that row's, not the tick's
+        return f"{type(exc).__name__} while reading it"
+    return None
+
+
 def from_fields(character: str, motion: str, background: str, time: str = "") -> Instruction:
     """Build an instruction from separate fields (slash-command options) with the same checks."""
     character = _clean("Character", character)

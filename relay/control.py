@@ -84,8 +84,13 @@ class JobControl:
         """Mark the claim ended, only if ``owner`` holds it (or nobody does): never another worker's claim."""
         raise NotImplementedError
 
-    def release(self, task_id: str) -> None:
-        """Forget a job's claim, so that sending it again lets a worker run it (the bot's hand-back)."""
+    def release(self, task_id: str, holder: str) -> bool:
+        """Forget a job's claim, so that sending it again lets a worker run it, only if ``holder`` still holds it.
+
+        Compare and delete, as one step: the holder is what the caller read (a stopping worker its own id, the bot
+        ENDED for a turn whose result was lost). A caller that read it seconds ago, and paused since, would
+        otherwise delete the live claim of a worker that took the turn meanwhile, and the turn would run twice.
+        """
         raise NotImplementedError
 
     def cancel(self, task_id: str, keep: float) -> None:
@@ -127,12 +132,22 @@ return 0
 """
 
 
+# Delete a claim only if it still holds ARGV[1].
+_DELETE_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
 class RedisControl(JobControl):
     def __init__(self, url: str, timeout: float) -> None:
         import redis
 
         self._client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self._set_if_mine = self._client.register_script(_SET_IF_MINE)
+        self._delete_if = self._client.register_script(_DELETE_IF)
 
     @staticmethod
     def _claim_key(task_id: str) -> str:
@@ -156,8 +171,8 @@ class RedisControl(JobControl):
     def end(self, task_id: str, owner: str, keep: float) -> bool:
         return bool(self._set_if_mine(keys=[self._claim_key(task_id)], args=[owner, ENDED, _ms(keep)]))
 
-    def release(self, task_id: str) -> None:
-        self._client.delete(self._claim_key(task_id))
+    def release(self, task_id: str, holder: str) -> bool:
+        return bool(self._delete_if(keys=[self._claim_key(task_id)], args=[holder]))
 
     def cancel(self, task_id: str, keep: float) -> None:
         self._client.set(self._cancel_key(task_id), "1", px=_ms(keep))
@@ -303,9 +318,12 @@ class SqlControl(JobControl):
                 return False
             return True
 
-    def release(self, task_id: str) -> None:
+    def release(self, task_id: str, holder: str) -> bool:
+        claims = self._claims
         with self._begin() as conn:
-            conn.execute(self._claims.delete().where(self._claims.c.task_id == task_id))
+            return bool(
+                conn.execute(claims.delete().where(claims.c.task_id == task_id, claims.c.holder == holder)).rowcount
+            )
 
     def cancel(self, task_id: str, keep: float) -> None:
         self._upsert(self._cancels, task_id, expires=time.time() + keep)

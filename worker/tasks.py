@@ -256,7 +256,7 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
     except Stopping:
         heartbeat.holding.discard(task_id)
         try:
-            task.control.release(task_id)  # the next worker to get the message may claim it at once
+            task.control.release(task_id, heartbeat.owner)  # the next worker to get the message may claim it at once
         except Exception as exc:
             log.warning("claim of %s not released (%s); it lapses in one lease", task_id, exc)
         log.warning("turn %s (job %s) handed back: this worker is stopping", task_id, turn.job_id)

@@ -132,6 +132,52 @@ async def test_a_handed_back_job_goes_back_to_the_outbox(sessions: Sessions) -> 
         assert [job.id for job in await j.jobs_to_send(s)] == [job_id]
 
 
+async def _sent_again(sessions: Sessions, job_id: int, started: bool) -> int:
+    """What another process did while one slept: took the turn back (its worker vanished, or the broker lost its
+    message) and sent it again, and, if ``started``, saw a new worker start it. Returns the attempt the sleeper read,
+    in the state it read it: running if ``started``, else sent and waiting."""
+    async with sessions() as s, s.begin():
+        await j.mark_sent(s, job_id, utcnow() + SOON)
+        read = (await s.get_one(Job, job_id)).attempts
+        if started:
+            await j.mark_started(s, job_id, utcnow() + SOON, read)
+            assert await j.hand_back(s, job_id, utcnow() + SOON, "gone", read)
+        else:
+            assert await j.requeue(s, job_id, read)
+        assert await j.mark_sent(s, job_id, utcnow() + SOON)
+        if started:
+            assert await j.mark_started(s, job_id, utcnow() + SOON, read + 1)
+    return read
+
+
+@pytest.mark.parametrize(
+    ("move", "started"),
+    [
+        (lambda s, i, read: j.hand_back(s, i, utcnow() + SOON, "stale", read), True),
+        (lambda s, i, read: j.fail_job(s, i, "stale", read), True),
+        (lambda s, i, read: j.beat(s, i, utcnow() + timedelta(days=1), read), True),
+        (lambda s, i, read: j.mark_started(s, i, utcnow() + timedelta(days=1), read), False),
+        (lambda s, i, read: j.requeue(s, i, read), False),
+        (lambda s, i, read: j.expire_job(s, i, read), False),
+    ],
+    ids=["hand back", "fail", "beat", "start", "requeue", "expire"],
+)
+async def test_a_move_decided_from_an_attempt_that_has_since_been_sent_again_changes_nothing(
+    sessions: Sessions, move: Callable[[AsyncSession, int, int], Awaitable[bool]], started: bool
+) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 15))
+    read = await _sent_again(sessions, job_id, started)
+    async with sessions() as s:
+        before = await s.get_one(Job, job_id)
+        before = (before.status, before.attempts, before.error, before.deadline_at, before.sent_at)
+    async with sessions() as s, s.begin():
+        assert not await move(s, job_id, read)
+    async with sessions() as s:
+        after = await s.get_one(Job, job_id)
+        assert (after.status, after.attempts, after.error, after.deadline_at, after.sent_at) == before
+        assert after.attempts == read + 1
+
+
 async def test_a_story_turn_is_sent_only_after_the_turn_before_it_ends(sessions: Sessions, make_result) -> None:
     async with sessions() as s, s.begin():
         story = (await q.create_story(s, GUILD, 77, "Night flight", 1)).id

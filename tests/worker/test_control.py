@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.control import Claim, Holder, JobControl, RedisControl, SqlControl
+from relay.control import ENDED, Claim, Holder, JobControl, RedisControl, SqlControl
 from tests import tiers
 
 LEASE = 0.2  # seconds
@@ -55,6 +55,30 @@ def test_ending_a_claim_never_ends_another_workers(control, task):
 def test_a_claim_the_store_forgot_is_made_again_by_its_worker(control, task):
     """A Redis restarted without persistence forgets every claim: the worker still computing keeps its turn."""
     assert control.claim(task, "A", 30.0) is Claim.CLAIMED
-    control.release(task)  # what a forgetful store looks like: no record at all
+    assert control.release(task, "A")  # what a forgetful store looks like: no record at all
     assert control.renew([task], "A", 30.0) == set()
     assert control.holders([task]) == {task: Holder.HELD}
+
+
+def test_a_release_by_a_reader_of_an_old_holder_never_deletes_the_claim_another_worker_took_since(control, task):
+    """A stopping worker A paused past its lease, or a bot that read "ended, no result" before another process
+    handed the turn back: B holds the turn now, and neither release may delete B's claim."""
+    taken_over(control, task)
+    assert control.release(task, "A") is False
+    assert control.release(task, ENDED) is False
+    assert control.holders([task]) == {task: Holder.HELD}
+    assert control.renew([task], "B", 30.0) == set()
+
+
+def test_a_stopping_workers_release_lets_the_next_delivery_claim_the_turn_at_once(control, task):
+    assert control.claim(task, "A", 30.0) is Claim.CLAIMED
+    assert control.release(task, "A") is True
+    assert control.claim(task, "B", 30.0) is Claim.CLAIMED
+
+
+def test_an_ended_claim_whose_result_was_lost_is_released_for_the_turn_to_be_sent_again(control, task):
+    assert control.claim(task, "A", 30.0) is Claim.CLAIMED
+    assert control.end(task, "A", keep=60.0)
+    assert control.claim(task, "B", 30.0) is Claim.TAKEN
+    assert control.release(task, ENDED) is True
+    assert control.claim(task, "B", 30.0) is Claim.CLAIMED

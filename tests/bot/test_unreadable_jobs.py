@@ -1,0 +1,64 @@
+"""A bad row fails alone: a turn whose stored instruction this version cannot read (stored before a grammar or model
+change) is ended with a reason its player sees and the log names, and every other turn goes on.
+
+The bot runs the published model's routing (one queue per character), where each waiting turn's instruction is
+read to find its queue: before, one such row raised inside the supervisor's first step, every tick, and stalled
+every duty, the expiry that would have cleared it included.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import select
+
+from db.models import Job, JobStatus
+from game.instruction import parse, unreadable
+from relay.celery_app import RELEASE_MODEL
+from tests.bot.conftest import running_bot, wait_for_db
+from tests.bot.helpers import seed_turn
+from tests.discord_double import member
+
+BOB = member("bob")
+STORED_BEFORE = [
+    "Character: Qiqi; Motion: wave",  # a part the grammar now requires
+    "Qiqi waves in town",  # free text an older version kept as it was typed
+    "Character: Qiqi; Motion: @everyone; Background: town.",  # a check added since
+    "x" * 5000,
+]
+
+
+@pytest.mark.parametrize("stored", STORED_BEFORE, ids=["missing part", "free text", "mention", "too long"])
+async def test_a_turn_this_version_cannot_read_fails_alone_with_a_reason_and_the_others_go_on(
+    double, bot_settings, stored, caplog
+):
+    settings = bot_settings.model_copy(update={"model": RELEASE_MODEL})
+    channel = double.guild.channel.id
+    with caplog.at_level(logging.ERROR, logger="bot.supervisor"):
+        async with running_bot(double, settings):
+            bad = await seed_turn(settings, double.guild.id, channel, double.player.id, line=stored)
+            good = await seed_turn(settings, double.guild.id, channel, BOB.id)
+            rows = await wait_for_db(
+                settings,
+                select(Job.id, Job.status, Job.sent_at, Job.error).order_by(Job.id),
+                lambda rows: rows[0][1] == JobStatus.FAILED and rows[1][2] is not None,
+            )
+            told = await double.wait_until(lambda: double.dms(double.player), 10, "a DM to the player")
+    (_, _, _, error), (_, status, _, _) = rows
+    assert (rows[0][0], rows[1][0]) == (bad, good)
+    assert status is JobStatus.QUEUED  # the other turn was sent to its queue and waits for a worker
+    assert "cannot be read by this version" in error
+    assert "can no longer be made" in told[0].content and "/act" in told[0].content
+    assert any(f"job {bad} failed" in r.getMessage() and "cannot be read" in r.getMessage() for r in caplog.records)
+
+
+@given(st.text(max_size=300))
+def test_any_stored_text_is_either_played_or_given_a_reason_never_an_exception(stored):
+    why = unreadable(stored)
+    if why is None:
+        assert parse(stored).character
+    else:
+        assert isinstance(why, str) and why
