@@ -141,7 +141,8 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.add_dynamic_items(TurnButton, VoteButton)
         await sync_if_changed(self)
         await self.presence.refresh()  # before the first command: which characters workers play
-        await self.outbox.lease.held()  # so the first command's turn is sent at once where this process sends
+        with contextlib.suppress(Exception):  # so the first command's turn is sent at once where this process sends
+            await self.outbox.lease.renew()
         self.supervisor.start()
         self.retention.start()
         self.rounds.start()

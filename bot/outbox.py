@@ -7,7 +7,9 @@ failed or never happened (the bot died in between), a story turn whose predecess
 Each goes with the job's own task id, so a second send of the same job is dropped by the worker's claim.
 
 One bot process of a fleet sends, the holder of the ``outbox`` lease, so each window is one count: a process
-that does not hold it leaves its submissions' turns to the holder, which takes them after ``OUTBOX_GRACE``.
+that does not hold it leaves its submissions' turns to the holder, which takes them after ``OUTBOX_GRACE``. The
+holder asks its lease before each send, for the longest a send may take (the broker's timeout), and stops sending
+the moment it cannot be sure: a process paused past its lease finds out before it sends, not after.
 """
 
 from __future__ import annotations
@@ -75,9 +77,16 @@ class Outbox:
         """How many more turns this queue may take at the broker now."""
         return window_for(self.presence.workers_on[queue]) - self._at_broker[queue]
 
+    def sure(self) -> bool:
+        """Whether this process holds the outbox for as long as one more send may take."""
+        return self.lease.sure(margin=self.settings.broker_timeout)
+
     async def tick(self, guarded: Callable) -> None:
         """Send what may go now, if this process holds the outbox; ``guarded`` runs each job's send in isolation."""
-        if await self.lease.held():
+        if not self.sure():
+            with contextlib.suppress(Exception):  # the lease's own loop says why, and tries again
+                await self.lease.renew()  # a lease given up by a stopping holder is taken at once
+        if self.sure():
             await self.send_in_turn(guarded)
 
     async def send_in_turn(self, guarded: Callable) -> None:
@@ -115,11 +124,16 @@ class Outbox:
                 candidates = [Waiting(job.id, job.guild_id, job) for job in jobs]
                 ordered = fair_order(candidates, in_service) if self.settings.fair_queue else fifo_order(candidates)
                 for turn in ordered[: max(0, self.room(queue))]:
+                    if not self.sure():
+                        return
                     await guarded(turn.item, self.send(turn.item))
 
     async def send(self, job: JobInfo) -> bool:
-        """Hand a committed job's task to the broker; False (and tried again next tick) if it is down."""
+        """Hand a committed job's task to the broker; False (and tried again next tick) if it is down, or if this
+        process is no longer sure it holds the outbox (the holder, whichever it is, sends it)."""
         request, queue = await self._request(job)
+        if not self.sure():
+            return False
         eta = timedelta(seconds=self.seconds_each)
         try:
             await self.queue.send(request, job.task_id, queue)
@@ -150,7 +164,7 @@ class Outbox:
         backlog for the next tick's fair pick. False only if it could not be sent (the queue is
         down: the outbox keeps trying until its deadline).
         """
-        if not self.lease.holding:  # another process sends: it takes this turn after OUTBOX_GRACE
+        if not self.sure():  # another process sends: it takes this turn after OUTBOX_GRACE
             return True
         async with self._sending:  # one sender at a time: the window's count stays true
             async with self.sessions() as session:  # read under the lock: the tick may have sent it meanwhile

@@ -18,9 +18,8 @@ from datetime import timedelta
 from bot.background import Background
 from bot.clip_store import ClipStore
 from bot.queue import TurnQueue
-from db.base import utcnow
 from db.engine import Sessions
-from db.leases import claim_due
+from db.leases import claim_due, database_now
 from db.retention import Swept, sweep
 from game.history import MAX_WINDOW
 from relay.blob_store import BlobStore
@@ -77,9 +76,9 @@ class Retention(Background):
 
     async def due(self) -> bool:
         """Whether this process sweeps now: True for one process of the fleet once an interval."""
-        now = utcnow()
-        next_due = now + timedelta(seconds=self.settings.retention_interval_seconds)
         async with self.sessions() as session, session.begin():
+            now = await database_now(session)  # one clock for the fleet: a process's own may be off
+            next_due = now + timedelta(seconds=self.settings.retention_interval_seconds)
             return await claim_due(session, "retention", self.process, next_due, now)
 
     async def run_once(self) -> Swept:

@@ -5,19 +5,27 @@ when the row exists, then an UPDATE guarded by "free, or already mine", so of tw
 once exactly one gets it, on SQLite and PostgreSQL alike. A holder that stops gives it up (the next
 asker takes it at once); one that dies keeps it until it runs out, which bounds the takeover.
 
-Times are the callers' clocks: processes on different machines must agree within a second or so, which
-NTP gives, and every takeover bound in docs/operating.md includes that.
+Times are the database's clock (``database_now``), written and compared there, so a process whose own clock
+is off (NTP not yet synced, a VM resumed from a pause) neither takes a live lease nor keeps a lapsed one. SQLite
+lives in one process's machine, whose clock is then the database's.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from db.models import Lease
+
+
+async def database_now(session: AsyncSession) -> datetime:
+    """The database's clock: PostgreSQL's, one for every process of a fleet; SQLite's is this machine's."""
+    if session.get_bind().dialect.name == "postgresql":
+        return (await session.execute(select(func.clock_timestamp()))).scalar_one().astimezone(UTC)
+    return datetime.now(UTC)
 
 
 async def _create(session: AsyncSession, name: str, holder: str, expires_at: datetime) -> bool:
@@ -29,8 +37,14 @@ async def _create(session: AsyncSession, name: str, holder: str, expires_at: dat
     return created.rowcount == 1
 
 
-async def take(session: AsyncSession, name: str, holder: str, until: datetime, now: datetime) -> bool:
-    """Take or renew the lease until ``until``: True if ``holder`` holds it now, False if another does."""
+async def take(session: AsyncSession, name: str, holder: str, length: timedelta) -> bool:
+    """Take or renew the lease for ``length`` from now on the database's clock: True if ``holder`` holds it now."""
+    now = await database_now(session)
+    return await take_at(session, name, holder, now + length, now)
+
+
+async def take_at(session: AsyncSession, name: str, holder: str, until: datetime, now: datetime) -> bool:
+    """``take`` at a given instant: True if ``holder`` holds the lease until ``until``, False if another does."""
     if await _create(session, name, holder, until):
         return True
     free_or_mine = (Lease.holder == holder) | (Lease.expires_at <= now)
@@ -51,13 +65,15 @@ async def claim_due(session: AsyncSession, name: str, holder: str, next_due: dat
     return claimed.rowcount == 1
 
 
-async def give_up(session: AsyncSession, name: str, holder: str, now: datetime) -> None:
+async def give_up(session: AsyncSession, name: str, holder: str) -> None:
     """Hand the lease back (a stopping process): the next process to ask takes it without waiting it out."""
+    now = await database_now(session)
     await session.execute(update(Lease).where(Lease.name == name, Lease.holder == holder).values(expires_at=now))
 
 
-async def holder_of(session: AsyncSession, name: str, now: datetime) -> str | None:
-    """Who holds the lease now, if anyone: what /readyz and the docs' fleet table show."""
+async def holder_of(session: AsyncSession, name: str, now: datetime | None = None) -> str | None:
+    """Who holds the lease now (on the database's clock), if anyone: what /readyz and the docs' fleet table show."""
+    now = now or await database_now(session)
     return (
         await session.execute(select(Lease.holder).where(Lease.name == name, Lease.expires_at > now))
     ).scalar_one_or_none()

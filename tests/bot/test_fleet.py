@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from bot.outbox import OUTBOX_LEASE_SECONDS
-from db.base import utcnow
 from db.engine import make_engine, make_sessionmaker
 from db.leases import holder_of
 from db.migrate import current_revision, head_revision, upgrade
@@ -84,12 +84,16 @@ async def fleet(
     extra_env: dict[str, str] | None = None,
     together: bool = False,
     store: S3Server | None = None,
+    clocks: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
     """A worker in a folder of its own and bots, each in one of its own with no folder in common, on ``database``,
     Redis and an S3 store (SeaweedFS) that keeps the clips. By default all on the one shard of one loopback Discord,
     started one after another, the newest taking the interactions (a rolling deploy); with ``shard_ids`` each bot
     connects only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once.
-    ``store``: one the test started (and stops), to look into."""
+    ``store``: one the test started (and stops), to look into. ``clocks``: a bot's wall clock shifted by libfaketime
+    (``{"new": "+30s"}``); its monotonic clock is left alone, as NTP leaves it."""
+    if clocks and shutil.which("faketime") is None:
+        pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
     own_store = store is None
     store = store or S3Server(tmp_path / "seaweedfs")
     if own_store:
@@ -117,7 +121,10 @@ async def fleet(
             for i, name in enumerate(names):
                 folder = tmp_path / f"{name}-bot"
                 shards = {"SHARD_COUNT": str(len(shard_ids)), "SHARD_IDS": shard_ids[i]} if shard_ids else {}
-                bot = BotProcess(bot_argv(), {**env, **shards, **machine(folder)}, folder / "bot.log", cwd=folder)
+                argv, clock = bot_argv(), {}
+                if clocks and name in clocks:
+                    argv, clock = ["faketime", "-f", clocks[name], *argv], {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                bot = BotProcess(argv, {**env, **shards, **clock, **machine(folder)}, folder / "bot.log", cwd=folder)
                 bots.append(bot.start())
                 if not together:  # a rolling deploy: the new bot is ready before the old one stops
                     await bot.ready(double, ("act", "start", "admin"))
@@ -224,7 +231,7 @@ async def outbox_holder(database: str) -> int | None:
     engine = make_engine(database)
     try:
         async with make_sessionmaker(engine)() as session:
-            holder = await holder_of(session, "outbox", utcnow())
+            holder = await holder_of(session, "outbox")
     finally:
         await engine.dispose()
     return int(holder.split(":")[1]) if holder else None
@@ -270,6 +277,32 @@ async def test_when_the_process_sending_turns_stops_or_dies_another_takes_over_a
     assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+
+
+async def test_a_process_whose_clock_runs_30_s_ahead_never_takes_the_outbox_from_its_live_holder(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """Two bots on one PostgreSQL, the newer one's wall clock 30 s ahead (libfaketime). The lease is written and
+    compared on the database's clock, so the first keeps the outbox through a burst (each turn sent once); killed
+    (SIGKILL), it is taken over once its lease runs out, not 30 s early or late."""
+    guilds, players = crowd(4, guilds=2)
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, clocks={"new": "+30s"}) as (double, bots):
+        await setup_servers(double, guilds, players)
+        old = bots[0].proc.pid  # (the other's python runs under faketime's own process)
+        held_at_start = await outbox_holder(fleet_database)
+        handles = await burst(double, players)
+        jobs = await settle(double, fleet_database, handles, timeout=180)
+        held_after_burst = await outbox_holder(fleet_database)
+        killed = time.monotonic()
+        bots[0].proc.kill()
+        await until_taken_over(fleet_database, old, bots)  # by the other: the only one left
+        takeover = time.monotonic() - killed
+    print(f"clock 30 s ahead: outbox taken over {takeover:.1f} s after SIGKILL")
+    assert (held_at_start, held_after_burst) == (old, old), logs(bots)
+    assert takeover < OUTBOX_LEASE_SECONDS + 5, takeover
+    sends = [line for bot in bots for line in bot.log.read_text(errors="replace").splitlines() if " sent to " in line]
+    assert len(sends) == len(jobs) == len(players), (sends, logs(bots))
+    assert set(clip_messages(double).values()) == {1}, logs(bots)
 
 
 @pytest.fixture
