@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import discord
@@ -91,6 +92,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.queue = TurnQueue(celery_app, settings.broker_timeout)
         self.clips = ClipStore.of(settings)
         self.process = process_name()  # this process, as the leases it holds name it
+        self.disconnected: dict[int, float] = {}  # shard id -> time.monotonic() when it lost its gateway
         self.limits = limits_from(settings)
         self.blobs = store_for(settings)  # past turns' representations go out, clips come back, through it
         self.presence = WorkerPresence(settings, self.queue)
@@ -152,6 +154,16 @@ class AnimeGamerBot(commands.AutoShardedBot):
         if event_name == "interaction":
             self.metrics.received(args[0])
         super().dispatch(event_name, *args, **kwargs)
+
+    # Readiness (bot/health.py): when each shard lost its gateway, cleared once it is connected again. discord.py's
+    # is_ready() stays true while every shard reconnects; this is what says the bot is not reaching Discord.
+    async def on_shard_disconnect(self, shard_id: int) -> None:
+        self.disconnected.setdefault(shard_id, time.monotonic())
+
+    async def on_shard_connect(self, shard_id: int) -> None:
+        self.disconnected.pop(shard_id, None)
+
+    on_shard_resumed = on_shard_ready = on_shard_connect
 
     async def on_ready(self) -> None:
         shards = self.shard_ids if self.shard_ids is not None else "all"

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from game.contract import PROGRESS_STATE, TASK_NAME, Progress, Stage, TurnRequest
 from game.instruction import parse
 from relay.blob_store import BlobStore, store_for
-from relay.celery_app import served_queues
+from relay.celery_app import BrokerUnavailable, check_broker, served_queues
 from relay.control import Claim, JobControl, Presence, control_for
 from relay.settings import get_settings
 from worker.metrics import observe_turn
@@ -308,15 +308,41 @@ def _fresh_child(**_: Any) -> None:
     generate_turn.reset_after_fork()
 
 
-def readiness(model: str, queues: list[str], preload: bool) -> tuple[bool, dict[str, Any]]:
+class BrokerWatch:
+    """Whether this worker's broker answers, asked for /readyz at most every ``every`` seconds: a worker that loaded
+    its model but cannot reach its queue takes no turns, and must say so rather than look ready."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every = every
+        self._asked = -float("inf")
+        self._trouble: str | None = None
+        self._lock = threading.Lock()  # the endpoint's thread asks; one check at a time
+
+    def trouble(self) -> str | None:
+        """What is wrong with the broker (its URL without the password), or None when it answered."""
+        with self._lock:
+            if time.monotonic() - self._asked >= self.every:
+                try:
+                    check_broker(generate_turn.app, timeout=get_settings().broker_timeout)
+                    self._trouble = None
+                except BrokerUnavailable as exc:
+                    self._trouble = str(exc).split(" (", 1)[0]  # "The queue at redis://:**@host/0 does not answer"
+                self._asked = time.monotonic()
+            return self._trouble
+
+
+def readiness(model: str, queues: list[str], preload: bool, broker: BrokerWatch) -> tuple[bool, dict[str, Any]]:
     """Ready once the model is loaded (or, started with --no-preload, as soon as it consumes: it loads on the first
-    turn), saying which model, which characters its pipelines play and which queues it consumes."""
+    turn) and its broker answers, saying which model, which characters its pipelines play and which queues it
+    consumes."""
     pipelines = generate_turn._pipelines
-    ready = pipelines is not None or not preload
+    trouble = broker.trouble()
+    ready = (pipelines is not None or not preload) and trouble is None
     report = {
         "ready": ready,
         "model": model,
         "loaded": pipelines is not None,
+        "broker": trouble or "answering",
         "characters": sorted(pipelines) if pipelines is not None else [],
         # Which detector checks its clips; without one, every clip it makes is withheld (worker/safety.py).
         "detector": next(iter(pipelines.values())).safety_checker.name if pipelines else "",

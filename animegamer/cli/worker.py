@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from relay.celery_app import BrokerUnavailable, check_broker, make_celery, served_queues
     from worker import metrics
     from worker.pipeline.pipeline import PipelineLoadError
-    from worker.tasks import generate_turn, readiness  # a shared task: it joins the app made here
+    from worker.tasks import BrokerWatch, generate_turn, readiness  # a shared task: it joins the app made here
 
     app = make_celery(settings)
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     @signals.worker_process_init.connect(weak=False)
     def start_child(**_: Any) -> None:
         queues = args.queues.split(",") if args.queues else served_queues(settings)
-        ready = functools.partial(readiness, settings.model, queues, not args.no_preload)
+        ready = functools.partial(readiness, settings.model, queues, not args.no_preload, BrokerWatch())
         metrics.serve(settings.worker_metrics_port, settings.metrics_address, ready)  # a fresh child serves it again
         generate_turn.reset_after_fork()
         if not args.no_preload:

@@ -66,3 +66,17 @@ async def test_a_bot_whose_supervisor_stopped_ticking_is_not_ready_and_says_whic
         await bot.supervisor.stop()  # as a loop that died would: no more ticks
         _, report = await eventually(port, lambda status, _: status == 503)
     assert report["stale"] == ["supervisor"] and report["database"] == "not reached lately"
+
+
+async def test_a_bot_whose_shard_has_been_disconnected_for_seconds_is_not_ready_naming_the_shard(
+    double, bot_settings
+) -> None:
+    """discord.py's is_ready() stays true while every shard reconnects: readiness must not."""
+    port = free_port()
+    async with running_bot(double, bot_settings.model_copy(update={"metrics_port": port})):
+        await eventually(port, lambda status, _: status == 200)
+        async with double.gateway_outage(0):
+            _, report = await eventually(port, lambda status, _: status == 503, timeout=15)  # a few seconds down
+        back, _ = await eventually(port, lambda status, _: status == 200, timeout=30)
+    assert report["gateway"].startswith("shard 0 disconnected for ") and report["ready"] is False
+    assert back == 200

@@ -8,6 +8,7 @@ run unmodified, records every REST call, and remembers the messages the bot crea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -261,6 +262,7 @@ class DiscordDouble:
         self.heartbeats = 0
         self.sessions: dict[str, Session] = {}
         self.shards: dict[int, Session] = {}  # shard id -> its latest session
+        self.gateway_refused = False  # an outage: every gateway connection is refused (gateway_outage)
         self.modals: dict[str, dict[str, Any]] = {}  # custom_id -> the modal the bot opened
         self.interactions: dict[str, InteractionHandle] = {}
         self.faults: list[Fault] = []
@@ -492,7 +494,9 @@ class DiscordDouble:
 
     # -- gateway -----------------------------------------------------------------------------------------
 
-    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.gateway_refused:
+            return web.Response(status=503, text="upstream connect error")  # as a gateway behind a proxy answers
         # The client asks for zlib-stream; it accepts plain text frames all the same, so none are compressed.
         ws = web.WebSocketResponse(timeout=1.0)
         await ws.prepare(request)
@@ -611,6 +615,20 @@ class DiscordDouble:
             live = [s for s in self.sessions.values() if s.shard_id == shard and s.ws is not None]
             return live[-1] if live else latest
         return latest
+
+    @contextlib.asynccontextmanager
+    async def gateway_outage(self, shard_id: int = 0) -> AsyncIterator[None]:
+        """The gateway goes away: the shard's connection is dropped and every new one refused until the block ends;
+        then the client connects again."""
+        session = self.shards[shard_id]
+        assert session.ws is not None, f"shard {shard_id} is not connected"
+        self.gateway_refused = True
+        try:
+            await session.ws.close(code=1011)  # a server error: the client reconnects, and is refused
+            yield
+        finally:
+            self.gateway_refused = False
+        await self.wait_until(lambda: self.shards[shard_id].ws is not None, 60.0, f"shard {shard_id} to reconnect")
 
     async def reconnect(self, shard_id: int = 0) -> None:
         """Ask the client to reconnect (op 7); it comes back with RESUME on READY's resume_gateway_url."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+import urllib.error
 import urllib.request
 
 import pytest
 from celery.exceptions import TimeLimitExceeded
 
+from tests.redis_server import RedisServer
 from tests.scrape import free_port, scrape_when_up, value
 from tests.workers import Worker, start_worker, worker_env
 
@@ -66,10 +70,46 @@ def test_the_endpoint_is_served_again_by_the_child_that_replaces_one_killed_at_t
 def test_a_worker_with_its_model_loaded_is_ready_and_says_what_it_serves(sqlite_worker):
     port = port_of(sqlite_worker)
     scrape_when_up(port)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
-        status, report = response.status, json.loads(response.read())
+    report = readyz_until(port, 200)  # a worker started for this test serves the endpoint before its model loads
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
         alive = response.status
-    assert (status, alive) == (200, 200)
+    assert alive == 200 and report["broker"] == "answering"
     assert report["loaded"] and report["model"] == "tiny"
     assert report["queues"] == [sqlite_worker.env["ANIMEGAMER_QUEUE"]] and report["characters"]
+
+
+def readyz(port: int) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+def readyz_until(port: int, status: int, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            got, report = readyz(port)
+            if got == status:
+                return report
+        time.sleep(0.2)
+    raise AssertionError(f"/readyz never answered {status}")
+
+
+def test_a_worker_whose_broker_stops_answering_is_not_ready_until_it_answers_again(tmp_path):
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    port = free_port()
+    worker = start_worker(worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_WORKER_METRICS_PORT=str(port)))
+    try:
+        readyz_until(port, 200)
+        server.stop()
+        down = readyz_until(port, 503)
+        server.start()
+        back = readyz_until(port, 200)
+    finally:
+        worker.kill()
+        server.stop()
+    assert down["loaded"] and "does not answer" in down["broker"] and f":{server.port}/" in down["broker"]
+    assert back["broker"] == "answering"
