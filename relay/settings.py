@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -148,6 +148,40 @@ def encoded_secret(url: str) -> str:
     credentials, _, place = rest.rpartition("@")
     user, colon, password = credentials.partition(":")
     return f"{scheme}://{quote(unquote(user), safe='')}{colon}{quote(unquote(password), safe='')}@{place}"
+
+
+URL_SETTINGS = {
+    "database_url": "ANIMEGAMER_DATABASE_URL",
+    "broker_url": "ANIMEGAMER_BROKER_URL",
+    "result_backend": "ANIMEGAMER_RESULT_BACKEND",
+}
+
+
+def unreadable_url(settings: Settings) -> str | None:
+    """One line naming the first URL setting that no client can read, and what to do; None when all read.
+
+    Said before any command starts, in place of the traceback a client library would print a few calls later,
+    which quotes part of the URL (the password, when a reserved character in it cut the URL short). The line
+    names the setting only, never its value.
+    """
+    from sqlalchemy.engine import make_url
+
+    for field, variable in URL_SETTINGS.items():
+        url = getattr(settings, field)
+        try:
+            if field == "database_url":
+                make_url(url)
+            else:
+                parts = urlsplit(url)
+                parts.port  # noqa: B018 - raises on a port that is no number, or out of range
+            if "://" not in url:
+                raise ValueError("no scheme")
+        except Exception:
+            return (
+                f"{variable} cannot be read as a URL: check its scheme, host and port, and percent-encode any "
+                "reserved character in its user name or password (/ # ? @ : % and spaces)."
+            )
+    return None
 
 
 @lru_cache(maxsize=1)

@@ -4,8 +4,12 @@ secret survives whatever characters it holds."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
+import sys
 from urllib.parse import unquote, urlsplit
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from relay.settings import Settings, encoded_secret
@@ -41,3 +45,29 @@ def test_an_encoded_url_is_left_as_it_is():
     url = "redis://:Xy9Qz%2FKp%2Bw2%3D@cache:6379/0"
     assert encoded_secret(url) == url
     assert encoded_secret("sqla+sqlite:///data/broker.db") == "sqla+sqlite:///data/broker.db"
+
+
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("ANIMEGAMER_BROKER_URL", "redis://:s3cretPart@cache:notaport/0"),
+        ("ANIMEGAMER_RESULT_BACKEND", "redis://:s3cretPart@cache:99999999/1"),
+        ("ANIMEGAMER_DATABASE_URL", "postgresql+asyncpg://animegamer:s3cretPart@db:port/animegamer"),
+    ],
+)
+def test_a_url_no_client_can_read_ends_the_command_with_one_line_naming_the_setting_never_the_url(
+    tmp_path, variable, url
+):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "animegamer", "check", "--worker"],
+        env={**env, variable: url, "ANIMEGAMER_DATA_DIR": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = (done.stdout + done.stderr).strip()
+    assert done.returncode == 2 and len(said.splitlines()) == 1, said
+    assert said.startswith(f"{variable} cannot be read as a URL") and "percent-encode" in said
+    assert "s3cret" not in said and "cache" not in said and "Traceback" not in said

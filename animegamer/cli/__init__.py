@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from animegamer.cli import bot, check, checkpoints, data, db, demo, inspect_prompt, play, train, worker
-from relay.settings import get_settings
+from relay.settings import get_settings, unreadable_url
 
 COMMANDS = (demo, play, worker, bot, check, db, inspect_prompt, checkpoints, data, train)
 
@@ -28,8 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = get_settings()
+    if (problem := unreadable_url(settings)) is not None:
+        print(problem, file=sys.stderr)
+        return 2
     try:
-        return args.run(args, get_settings())
+        return args.run(args, settings)
     except KeyboardInterrupt:
         print("\nStopped.", file=sys.stderr)
         return 130
