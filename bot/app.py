@@ -25,7 +25,7 @@ from bot.clip_store import ClipStore
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.health import readiness
-from bot.leases import LeaseHold, process_name
+from bot.leases import LeaseHold, PostingShards, process_name
 from bot.metrics import BotMetrics
 from bot.notices import Notices
 from bot.outbox import OUTBOX_LEASE_SECONDS, Outbox
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin", "bot.cogs.community")
 RESTARTING = "The bot is restarting; try again in a minute."
+# A killed process's finished turns wait at most this long (and a third of it) for another process to post them.
+POST_LEASE_SECONDS = 10.0
 
 
 def point_at(api_base: str, gateway_url: str) -> None:
@@ -106,6 +108,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
             self.limits,
             LeaseHold(self.open_session, "outbox", self.process, OUTBOX_LEASE_SECONDS),
         )
+        self.posting = PostingShards(self.open_session, self.process, POST_LEASE_SECONDS, self.connected_shards)
         self.delivery = Delivery(self)
         self.supervisor = Supervisor(
             settings,
@@ -146,6 +149,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         with contextlib.suppress(Exception):  # so the first command's turn is sent at once where this process sends
             await self.outbox.lease.renew()
         self.supervisor.start()
+        self.delivery.start()
         self.retention.start()
         self.rounds.start()
 
@@ -165,7 +169,15 @@ class AnimeGamerBot(commands.AutoShardedBot):
 
     on_shard_resumed = on_shard_ready = on_shard_connect
 
+    def connected_shards(self) -> tuple[int, list[int]] | None:
+        """How many shards the bot has and which this process connects; None until it knows (at login)."""
+        if not self.shard_count:
+            return None
+        return self.shard_count, list(self.shard_ids) if self.shard_ids is not None else list(range(self.shard_count))
+
     async def on_ready(self) -> None:
+        with contextlib.suppress(Exception):  # the first posts need not wait for the leases' next renewal
+            await self.posting.renew()
         shards = self.shard_ids if self.shard_ids is not None else "all"
         log.info(
             "ready as %s in %d guilds (shards %s of %d)", self.user, len(self.guilds), shards, self.shard_count or 1

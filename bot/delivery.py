@@ -39,9 +39,9 @@ from db.jobs import (
     JobInfo,
     earlier_story_turns_unposted,
     jobs_to_post,
+    mark_undeliverable,
     note_post_failure,
     record_post,
-    set_job_messages,
     turn_of_job,
     turn_outcome,
     withhold_clip,
@@ -85,22 +85,34 @@ class Delivery:
         self._retry_at: dict[int, float] = {}  # job id -> monotonic time of its next attempt
         self._store_tries: dict[int, int] = {}  # job id -> posts in a row the clip store did not answer
         self._slots = asyncio.Semaphore(bot.settings.delivery_concurrency)
+        self.posting = bot.posting
+        self._keeping: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        # Which shards' turns this process posts: leases renewed on their own schedule (bot/leases.py).
+        self._keeping = asyncio.create_task(self.posting.keep(), name="animegamer-posting-leases")
 
     async def post_pending(self) -> set[int]:
-        """Start a task for every finished turn not yet posted (nor being posted, nor waiting to retry).
+        """Start a task for every finished turn this process posts (its guild's shard is this process's to post)
+        not yet posted (nor being posted, nor waiting to retry).
 
-        Returns the ids of every turn still to be posted.
+        Returns the ids of every turn still to be posted, by this process or another.
         """
         async with self.bot.sessions() as session:
             jobs = await jobs_to_post(session)
         now = time.monotonic()
         for job in jobs:
-            if job.id in self._posting or now < self._retry_at.get(job.id, 0.0):
+            if job.id in self._posting or now < self._retry_at.get(job.id, 0.0) or not self.posting.posts(job.guild_id):
                 continue
             self._posting[job.id] = asyncio.create_task(self._deliver(job), name=f"animegamer-post-{job.id}")
         return {job.id for job in jobs}
 
     async def stop(self) -> None:
+        if self._keeping is not None:
+            self._keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeping
+            self._keeping = None
         tasks = list(self._posting.values())
         for task in tasks:
             task.cancel()
@@ -108,6 +120,7 @@ class Delivery:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._posting.clear()
+        await self.posting.give_up()  # a clean stop: another process posts these shards' turns at its next renewal
 
     async def _deliver(self, job: JobInfo) -> None:
         try:
@@ -163,9 +176,10 @@ class Delivery:
             "Your character was updated: /status shows it.",
         )
         async with self.bot.sessions() as session, session.begin():
-            await set_job_messages(session, job.id, result_message_id=UNDELIVERABLE)
+            given_up = await mark_undeliverable(session, job.id, UNDELIVERABLE)
         self._retry_at.pop(job.id, None)
-        self.bot.metrics.undeliverable.inc()
+        if given_up:
+            self.bot.metrics.undeliverable.inc()
 
     async def post(self, job: JobInfo) -> None:
         """Post a finished turn as a reply to its progress message; exactly once per job."""

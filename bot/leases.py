@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from db.engine import Sessions
-from db.leases import give_up, take
+from db.leases import STANDING_IN, database_now, give_up, give_up_all, take, take_many
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +85,78 @@ class LeaseHold:
                 await give_up(session, self.name, self.holder)
         except Exception as exc:  # the database is gone: the lease runs out on its own
             log.warning("%s lease not given up (%s); it runs out in %s", self.name, exc, self.length)
+
+
+def shard_of(guild_id: int | None, shard_count: int) -> int:
+    """The shard Discord sends a guild's events on; turns with no guild go with shard 0."""
+    return 0 if guild_id is None else (guild_id >> 22) % shard_count
+
+
+class PostingShards:
+    """Which guilds' finished turns this process posts, so that each turn has one poster in a fleet.
+
+    One lease per shard (``post:<shard>``). A process takes the leases of the shards it connects as their owner;
+    where two processes connect every shard, whichever asks first holds each. It also stands in for a shard that no
+    live process holds (its owner died: the lease ran out), until the owner is back, which takes it over at once.
+    ``shards()`` says, when asked, how many shards the bot has and which it connects (None before it logs in).
+    """
+
+    def __init__(
+        self,
+        sessions: Sessions,
+        holder: str,
+        seconds: float,
+        shards: Callable[[], tuple[int, list[int]] | None],
+    ) -> None:
+        self.sessions, self.holder, self.shards = sessions, holder, shards
+        self.length = timedelta(seconds=seconds)
+        self._count = 0
+        self._sure_until: dict[int, float] = {}  # shard -> on _elapsed(), until when this process surely posts it
+
+    async def renew(self) -> None:
+        known = self.shards()
+        if known is None:
+            return
+        count, connected = known
+        others = [shard for shard in range(count) if shard not in connected]
+        asked = _elapsed()
+        async with self.sessions() as session, session.begin():
+            now = await database_now(session)
+            until = now + self.length
+            mine = await take_many(session, [_post(s) for s in connected], self.holder, until, now, owner=True)
+            standing = await take_many(session, [_post(s) for s in others], self.holder + STANDING_IN, until, now)
+        held = {int(name.removeprefix(POST_PREFIX)) for name in mine | standing}
+        if held != set(self._sure_until) or count != self._count:
+            log.info("posting the turns of shards %s of %d (%s)", sorted(held) or "none", count, self.holder)
+        self._count = count
+        self._sure_until = dict.fromkeys(held, asked + self.length.total_seconds())
+
+    def posts(self, guild_id: int | None) -> bool:
+        """Whether this process posts this guild's turns now, for certain."""
+        if not self._count:
+            return False
+        return _elapsed() < self._sure_until.get(shard_of(guild_id, self._count), -math.inf)
+
+    async def keep(self) -> None:
+        """Take or renew the leases every third of their length, until cancelled."""
+        while True:
+            try:
+                await self.renew()
+            except Exception as exc:  # the database is down: posts() turns false as the leases may run out
+                log.warning("posting leases not renewed (%s)", exc)
+            await asyncio.sleep(self.length.total_seconds() / 3)
+
+    async def give_up(self) -> None:
+        self._sure_until = {}
+        try:
+            async with self.sessions() as session, session.begin():
+                await give_up_all(session, POST_PREFIX, [self.holder, self.holder + STANDING_IN])
+        except Exception as exc:  # the database is gone: the leases run out on their own
+            log.warning("posting leases not given up (%s); they run out in %s", exc, self.length)
+
+
+POST_PREFIX = "post:"  # the lease of shard N's posts is "post:N"
+
+
+def _post(shard: int) -> str:
+    return f"{POST_PREFIX}{shard}"

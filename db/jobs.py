@@ -362,6 +362,17 @@ async def apply_result(session: AsyncSession, job_id: int, result: TurnResult, c
 # --------------------------------------------------------------------------------------------
 
 
+async def mark_undeliverable(session: AsyncSession, job_id: int, undeliverable: int) -> bool:
+    """Give a post up for good, unless a message was recorded for it meanwhile (by this process or another)."""
+    result = await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.result_message_id.is_(None))
+        .values(result_message_id=undeliverable)
+        .returning(Job.id)
+    )
+    return _changed(result)
+
+
 async def set_job_messages(
     session: AsyncSession,
     job_id: int,

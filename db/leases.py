@@ -77,3 +77,33 @@ async def holder_of(session: AsyncSession, name: str, now: datetime | None = Non
     return (
         await session.execute(select(Lease.holder).where(Lease.name == name, Lease.expires_at > now))
     ).scalar_one_or_none()
+
+
+STANDING_IN = " (standing in)"  # a holder's suffix while it holds a lease for an owner that is gone
+
+
+async def take_many(
+    session: AsyncSession, names: list[str], holder: str, until: datetime, now: datetime, *, owner: bool = False
+) -> set[str]:
+    """Take or renew several leases in two statements: the names ``holder`` holds until ``until``. An ``owner``
+    also takes back a lease that a stand-in holds for it (``STANDING_IN``), so a restarted owner has its duty back
+    at once and the stand-in learns so at its next renewal."""
+    if not names:
+        return set()
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    rows = [{"name": name, "holder": holder, "expires_at": until} for name in names]
+    await session.execute(dialect.insert(Lease).values(rows).on_conflict_do_nothing())
+    takes = (Lease.holder == holder) | (Lease.expires_at <= now)
+    if owner:
+        takes |= Lease.holder.endswith(STANDING_IN)
+    taken = await session.execute(
+        update(Lease).where(Lease.name.in_(names), takes).values(holder=holder, expires_at=until).returning(Lease.name)
+    )
+    return set(taken.scalars())
+
+
+async def give_up_all(session: AsyncSession, prefix: str, holders: list[str]) -> None:
+    """Hand back every lease named ``prefix``... that these holders hold (a stopping process, under its names)."""
+    now = await database_now(session)
+    named = Lease.name.startswith(prefix, autoescape=True)
+    await session.execute(update(Lease).where(named, Lease.holder.in_(holders)).values(expires_at=now))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.app import POST_LEASE_SECONDS
 from bot.outbox import OUTBOX_LEASE_SECONDS
 from db.engine import make_engine, make_sessionmaker
 from db.leases import holder_of
@@ -73,6 +73,18 @@ def clip_messages(double: DiscordDouble) -> dict[int, int]:
     return seen
 
 
+def clip_posts_made(double: DiscordDouble) -> dict[int, int]:
+    """Job id -> how many create-message calls carried its clip: every call a process made, before Discord's nonce
+    folds a repeat into the first message."""
+    made: dict[int, int] = {}
+    for call in double.calls_to("POST", r"/channels/\d+/messages"):
+        for upload in call.files:
+            found = CLIP.fullmatch(upload.filename)
+            if found:
+                made[int(found[1])] = made.get(int(found[1]), 0) + 1
+    return made
+
+
 @contextlib.asynccontextmanager
 async def fleet(
     tmp_path: Path,
@@ -92,7 +104,8 @@ async def fleet(
     connects only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once.
     ``store``: one the test started (and stops), to look into. ``clocks``: a bot's wall clock shifted by libfaketime
     (``{"new": "+30s"}``); its monotonic clock is left alone, as NTP leaves it."""
-    if clocks and shutil.which("faketime") is None:
+    faketime = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+    if clocks and faketime is None:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
     own_store = store is None
     store = store or S3Server(tmp_path / "seaweedfs")
@@ -121,10 +134,11 @@ async def fleet(
             for i, name in enumerate(names):
                 folder = tmp_path / f"{name}-bot"
                 shards = {"SHARD_COUNT": str(len(shard_ids)), "SHARD_IDS": shard_ids[i]} if shard_ids else {}
-                argv, clock = bot_argv(), {}
-                if clocks and name in clocks:
-                    argv, clock = ["faketime", "-f", clocks[name], *argv], {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-                bot = BotProcess(argv, {**env, **shards, **clock, **machine(folder)}, folder / "bot.log", cwd=folder)
+                clock = {}
+                if clocks and name in clocks:  # preloaded into the bot's own process, which the test then stops
+                    clock = {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                env_of = {**env, **shards, **clock, **machine(folder)}
+                bot = BotProcess(bot_argv(), env_of, folder / "bot.log", cwd=folder)
                 bots.append(bot.start())
                 if not together:  # a rolling deploy: the new bot is ready before the old one stops
                     await bot.ready(double, ("act", "start", "admin"))
@@ -150,7 +164,8 @@ async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
         await setup_servers(double, guilds, players)
         handles = await burst(double, players)
         jobs = await settle(double, fleet_database, handles, timeout=180)
-    posted = clip_messages(double)
+    posted, made = clip_messages(double), clip_posts_made(double)
+    print(f"two processes, every shard each: {sum(made.values())} create-message calls for {len(jobs)} turns")
     assert late(handles) == 0 and len(jobs) == PLAYERS, logs(bots)
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
@@ -288,7 +303,7 @@ async def test_a_process_whose_clock_runs_30_s_ahead_never_takes_the_outbox_from
     guilds, players = crowd(4, guilds=2)
     async with fleet(tmp_path, redis_url, fleet_database, guilds, clocks={"new": "+30s"}) as (double, bots):
         await setup_servers(double, guilds, players)
-        old = bots[0].proc.pid  # (the other's python runs under faketime's own process)
+        old = bots[0].proc.pid
         held_at_start = await outbox_holder(fleet_database)
         handles = await burst(double, players)
         jobs = await settle(double, fleet_database, handles, timeout=180)
@@ -361,13 +376,45 @@ async def test_two_processes_on_shard_ranges_of_their_own_each_serve_their_serve
         await setup_servers(double, guilds, players)
         handles = await burst(double, players)
         jobs = await settle(double, fleet_database, handles, timeout=180)
-    posted = clip_messages(double)
+    posted, made = clip_messages(double), clip_posts_made(double)
     connected = [bot.log.read_text(errors="replace") for bot in bots]
+    print(f"two processes, a shard each: {sum(made.values())} create-message calls for {len(jobs)} turns")
     assert sessions == [(0, 2), (1, 2)], sessions  # one session a shard: neither process connected the other's
     assert "shards [0] of 2" in connected[0] and "shards [1] of 2" in connected[1], logs(bots)
     assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
+    assert set(posted.values()) == {1} and set(made.values()) == {1}, (posted, made, logs(bots))  # none twice
+    for job_id, _, _, guild_id, _ in jobs:  # each posted by the process of its server's shard
+        assert f"job {job_id} posted as message" in connected[shard_for(guild_id, 2)], logs(bots)
+
+
+async def test_the_turns_of_a_killed_processs_shard_are_posted_by_another_within_the_lease(
+    redis_url: str, tmp_path: Path, fleet_database: str
+) -> None:
+    """SHARD_COUNT=2, a process a shard. Discord holds every post (429s) while the turns are made; the process of
+    shard 0 is killed (SIGKILL) with its server's turns unposted. The other stands in for shard 0 once its posting
+    lease runs out and posts them, each once."""
+    guilds, players = crowd(4, guilds=2)
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1")) as (double, bots):
+        await setup_servers(double, guilds, players)
+        double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
+        handles = await burst(double, players)
+        await until_all_applied(fleet_database, len(players))
+        assert bots[0].proc is not None
+        bots[0].proc.kill()
+        bots[0].proc.wait(10)
+        killed = time.monotonic()
+        double.clear_faults()
+        lost = [p for p in players if shard_for(p.guild.id, 2) == 0]
+        await settle(double, fleet_database, [h for h, p in zip(handles, players, strict=True) if p in lost], 120)
+        takeover = time.monotonic() - killed
+        jobs = await settle(double, fleet_database, handles, timeout=120)
+    posted = clip_messages(double)
+    print(f"a shard's process killed: its turns posted by the other {takeover:.1f} s after SIGKILL")
+    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+    assert "posting the turns of shards [0, 1] of 2" in bots[1].log.read_text(errors="replace"), logs(bots)
+    assert takeover < POST_LEASE_SECONDS * 4 / 3 + 10, takeover
 
 
 @pytest.fixture

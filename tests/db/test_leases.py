@@ -9,7 +9,17 @@ import pytest
 
 from db import leases
 from db.base import utcnow
-from db.leases import claim_due, database_now, give_up, holder_of, take, take_at
+from db.leases import (
+    STANDING_IN,
+    claim_due,
+    database_now,
+    give_up,
+    give_up_all,
+    holder_of,
+    take,
+    take_at,
+    take_many,
+)
 from tests.db.conftest import Sessions
 
 MINUTE = timedelta(minutes=1)
@@ -114,3 +124,32 @@ async def test_a_process_whose_clock_runs_ahead_neither_takes_a_live_lease_nor_s
     async with sessions() as s:
         assert await holder_of(s, "outbox") == "a"
         assert abs(await database_now(s) - utcnow()) < timedelta(seconds=5)
+
+
+async def _take_many(sessions: Sessions, names: list[str], holder: str, at, owner: bool = False) -> set[str]:
+    async with sessions() as s, s.begin():
+        return await take_many(s, names, holder, at + MINUTE, at, owner=owner)
+
+
+async def test_a_stand_in_posts_a_dead_owners_shard_until_the_owner_is_back_and_takes_it_at_once(
+    sessions: Sessions,
+) -> None:
+    now, shards = utcnow(), ["post:0", "post:1"]
+    assert await _take_many(sessions, shards[:1], "a", now, owner=True) == {"post:0"}
+    assert await _take_many(sessions, shards[1:], "a" + STANDING_IN, now) == {"post:1"}  # nobody had shard 1 yet
+    assert await _take_many(sessions, shards[1:], "b", now, owner=True) == {"post:1"}  # its owner: at once
+    assert await _take_many(sessions, shards[1:], "a" + STANDING_IN, now) == set()  # the stand-in learns it
+    assert await _take_many(sessions, shards[:1], "b" + STANDING_IN, now) == set()  # a live owner's: never
+    later = now + MINUTE  # a died: its lease ran out
+    assert await _take_many(sessions, shards[:1], "b" + STANDING_IN, later) == {"post:0"}
+
+
+async def test_a_stopping_process_gives_up_its_posting_leases_and_nothing_else_it_holds(sessions: Sessions) -> None:
+    now = utcnow()
+    await _take_many(sessions, ["post:0"], "a", now, owner=True)
+    await _take_many(sessions, ["post:1"], "a" + STANDING_IN, now)
+    assert await _take(sessions, "a")  # the outbox
+    async with sessions() as s, s.begin():
+        await give_up_all(s, "post:", ["a", "a" + STANDING_IN])
+    assert await _take_many(sessions, ["post:0", "post:1"], "b", utcnow(), owner=True) == {"post:0", "post:1"}
+    assert await _holder(sessions) == "a"
