@@ -98,7 +98,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.limits = limits_from(settings)
         self.blobs = store_for(settings)  # past turns' representations go out, clips come back, through it
         self.presence = WorkerPresence(settings, self.queue)
-        self.notices = Notices(self)
+        self.notices = Notices(settings, self.open_session, self)
         self.outbox = Outbox(
             settings,
             self.open_session,
@@ -109,7 +109,9 @@ class AnimeGamerBot(commands.AutoShardedBot):
             LeaseHold(self.open_session, "outbox", self.process, OUTBOX_LEASE_SECONDS),
         )
         self.posting = PostingShards(self.open_session, self.process, POST_LEASE_SECONDS, self.connected_shards)
-        self.delivery = Delivery(self)
+        self.delivery = Delivery(
+            settings, self.open_session, self.clips, self.metrics, self.notices, self.posting, self
+        )
         self.supervisor = Supervisor(
             settings,
             self.open_session,
@@ -123,8 +125,14 @@ class AnimeGamerBot(commands.AutoShardedBot):
         )
         self.loop_watch = LoopWatch()
         self.retention = Retention(settings, self.open_session, self.clips, self.blobs, self.queue, self.process)
-        self.suggestions = Suggestions(self)
-        self.rounds = Rounds(self)
+        self.suggestions = Suggestions(settings, self.open_session)
+        # SQLite has one writer at a time: turn submissions queue here, where waiting costs nothing and
+        # has no deadline, instead of in SQLite's busy handler, which gives up after db_busy_timeout.
+        sqlite = settings.database_url.startswith("sqlite")
+        self.submitting: contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if sqlite else contextlib.nullcontext()
+        )
+        self.rounds = Rounds(settings, self.open_session, self.outbox, self.submitting, self)
         point_at(settings.discord_api_base, settings.discord_gateway_url)
 
     def open_session(self) -> AsyncSession:
@@ -137,9 +145,6 @@ class AnimeGamerBot(commands.AutoShardedBot):
         await ready_schema(self.settings.database_url, self.settings.migrate_at_start)
         self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)
         self.sessions = make_sessionmaker(self.engine)
-        # SQLite has one writer at a time: turn submissions queue here, where waiting costs nothing and
-        # has no deadline, instead of in SQLite's busy handler, which gives up after db_busy_timeout.
-        self.submitting = asyncio.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext()
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)

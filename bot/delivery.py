@@ -49,7 +49,12 @@ from db.jobs import (
 from media.clips import ClipTooLarge, fit_to_size
 
 if TYPE_CHECKING:
-    from bot.app import AnimeGamerBot
+    from bot.clip_store import ClipStore
+    from bot.leases import PostingShards
+    from bot.metrics import BotMetrics
+    from bot.notices import Notices
+    from db.engine import Sessions
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +84,22 @@ def backoff_seconds(failures: int) -> float:
 
 
 class Delivery:
-    def __init__(self, bot: AnimeGamerBot) -> None:
-        self.bot = bot
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: Sessions,
+        clips: ClipStore,
+        metrics: BotMetrics,
+        notices: Notices,
+        posting: PostingShards,
+        discord_client: discord.Client,
+    ) -> None:
+        self.settings, self.sessions, self.clips, self.metrics = settings, sessions, clips, metrics
+        self.notices, self.posting, self.discord = notices, posting, discord_client
         self._posting: dict[int, asyncio.Task[None]] = {}
         self._retry_at: dict[int, float] = {}  # job id -> monotonic time of its next attempt
         self._store_tries: dict[int, int] = {}  # job id -> posts in a row the clip store did not answer
-        self._slots = asyncio.Semaphore(bot.settings.delivery_concurrency)
-        self.posting = bot.posting
+        self._slots = asyncio.Semaphore(settings.delivery_concurrency)
         self._keeping: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -98,7 +112,7 @@ class Delivery:
 
         Returns the ids of every turn still to be posted, by this process or another.
         """
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             jobs = await jobs_to_post(session)
         now = time.monotonic()
         for job in jobs:
@@ -125,7 +139,7 @@ class Delivery:
     async def _deliver(self, job: JobInfo) -> None:
         try:
             if job.story_id is not None and job.seq is not None:
-                async with self.bot.sessions() as session:
+                async with self.sessions() as session:
                     if await earlier_story_turns_unposted(session, job.story_id, job.seq):
                         return  # the story's earlier turn goes first; the next tick tries this one again
             async with self._slots:
@@ -145,7 +159,7 @@ class Delivery:
             log.warning("job %s: channel %s refuses the post for good (%s)", job.id, job.channel_id, exc)
             await self.give_up(job, _why(exc))
             return
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             failures = await note_post_failure(session, job.id)
         if failures >= MAX_POST_ATTEMPTS:
             log.error("job %s: post failed %d times (%r); giving up", job.id, failures, exc)
@@ -153,7 +167,7 @@ class Delivery:
             return
         delay = backoff_seconds(failures)
         self._retry_at[job.id] = time.monotonic() + delay
-        self.bot.metrics.delivery_retries.inc()
+        self.metrics.delivery_retries.inc()
         log.warning("job %s: post failed (%r); attempt %d again in %.1fs", job.id, exc, failures + 1, delay)
 
     async def _store_down(self, job: JobInfo, exc: StoreUnavailable) -> None:
@@ -165,25 +179,25 @@ class Delivery:
         log.warning("job %s: its clip cannot be read (%s); posting again in %.1fs", job.id, exc, delay)
         if tries == 1:
             late = "Made, but late: the bot cannot read the clip right now. It will be posted soon."
-            await self.bot.notices.edit_progress(job, f"🎬 {job.instruction}\n{late}", force=True)
+            await self.notices.edit_progress(job, f"🎬 {job.instruction}\n{late}", force=True)
 
     async def give_up(self, job: JobInfo, why: str) -> None:
         """Tell the player where their turn is, then mark the post undeliverable (never tried again)."""
         where = f"<#{job.channel_id}>" if job.channel_id else "the channel"
-        await self.bot.notices.reach(
+        await self.notices.reach(
             job,
             f"Your turn `{job.instruction}` is done, but I could not post it in {where} ({why}). "
             "Your character was updated: /status shows it.",
         )
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             given_up = await mark_undeliverable(session, job.id, UNDELIVERABLE)
         self._retry_at.pop(job.id, None)
         if given_up:
-            self.bot.metrics.undeliverable.inc()
+            self.metrics.undeliverable.inc()
 
     async def post(self, job: JobInfo) -> None:
         """Post a finished turn as a reply to its progress message; exactly once per job."""
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             found = await turn_of_job(session, job.id)
         if found is None or job.channel_id is None:
             return
@@ -192,7 +206,9 @@ class Delivery:
         label = turn.label or ""  # the worker's word on its model, not the bot's setting
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]
         note = ""
-        verdict = (await ClipRules.of(self.bot, job.guild_id, job.channel_id)).judge(turn.safety)
+        verdict = (await ClipRules.of(self.settings, self.sessions, self.discord, job.guild_id, job.channel_id)).judge(
+            turn.safety
+        )
         if not verdict.post:  # never read, never uploaded
             note = "\n(This turn's clip was withheld by the server's safety setting.)"
         else:
@@ -209,7 +225,7 @@ class Delivery:
 
         from bot.buttons import result_view
 
-        channel = self.bot.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
+        channel = self.discord.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
         reference = None
         if job.progress_message_id:
             reference = discord.MessageReference(
@@ -224,7 +240,7 @@ class Delivery:
             allowed_mentions=discord.AllowedMentions(users=[discord.Object(job.user_id or 0)]),
             nonce=f"agjob{job.id}",  # Discord dedupes a repeat within minutes: posted once
         )
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             first = await record_post(session, job.id, message.id)
             if first and verdict.flagged and job.guild_id is not None:  # every decision on a flagged clip, once
                 action = "clip posted (flagged)" if verdict.post else "clip withheld"
@@ -239,27 +255,27 @@ class Delivery:
             done = "flagged clip posted" if verdict.post else "clip withheld"
             log.warning("job %s: %s: %s", job.id, done, verdict.why)
             decision = "posted_flagged" if verdict.post else f"withheld_{'flagged' if verdict.checked else 'unchecked'}"
-            self.bot.metrics.clip_safety.labels(decision).inc()
+            self.metrics.clip_safety.labels(decision).inc()
         if not verdict.post:
             if turn.clip_key:
-                await asyncio.to_thread(self.bot.clips.delete, [turn.clip_key])
-            await self.bot.notices.reach(
+                await asyncio.to_thread(self.clips.delete, [turn.clip_key])
+            await self.notices.reach(
                 job,
                 f"The clip of your turn `{job.instruction}` was not posted: {verdict.why}. "
                 "The turn still counts: your character was updated and the story goes on.",
             )
-        notices = self.bot.notices
+        notices = self.notices
         await notices.edit_progress(job, f"🎬 {turn.instruction}\nDone: {message.jump_url}", force=True)
         notices.forget(job.id)
 
     def _fitted_clip(self, clip_key: str | None, guild_id: int | None) -> bytes:
         if not clip_key:
             raise OSError("no clip was recorded")
-        data = self.bot.clips.get(clip_key)
-        guild = self.bot.get_guild(guild_id) if guild_id else None
+        data = self.clips.get(clip_key)
+        guild = self.discord.get_guild(guild_id) if guild_id else None
         limit = guild.filesize_limit - 64 * 1024 if guild is not None else 10 * 1024 * 1024  # room for the PNG
-        if self.bot.settings.upload_limit_bytes:
-            limit = min(limit, self.bot.settings.upload_limit_bytes)
+        if self.settings.upload_limit_bytes:
+            limit = min(limit, self.settings.upload_limit_bytes)
         return fit_to_size(data, limit)
 
 

@@ -20,7 +20,8 @@ from db import moderation
 from db.jobs import JobInfo
 
 if TYPE_CHECKING:
-    from bot.app import AnimeGamerBot
+    from db.engine import Sessions
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,8 @@ TOKEN_LIFETIME_SECONDS = 14 * 60.0  # Discord's interaction tokens live 15 minut
 
 
 class Notices:
-    def __init__(self, bot: AnimeGamerBot) -> None:
-        self.bot = bot
+    def __init__(self, settings: Settings, sessions: Sessions, discord_client: discord.Client) -> None:
+        self.settings, self.sessions, self.discord = settings, sessions, discord_client
         self._last_edit: dict[int, tuple[float, str]] = {}  # job id -> (when, text) of its last progress edit
         self._interactions: dict[int, tuple[float, discord.Interaction]] = {}  # job id -> (when, the /act)
 
@@ -60,10 +61,10 @@ class Notices:
         last_time, last_text = self._last_edit.get(job.id, (0.0, ""))
         if text == last_text:
             return True
-        if not force and now - last_time < self.bot.settings.progress_edit_seconds:
+        if not force and now - last_time < self.settings.progress_edit_seconds:
             return True
         self._last_edit[job.id] = (now, text)
-        channel = self.bot.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
+        channel = self.discord.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
         try:
             await channel.get_partial_message(job.progress_message_id).edit(content=text)
         except (discord.HTTPException, OSError) as exc:
@@ -90,13 +91,13 @@ class Notices:
                 log.info("job %s: followup refused (%s)", job.id, exc)
         if job.user_id:
             try:
-                user = self.bot.get_user(job.user_id) or await self.bot.fetch_user(job.user_id)
+                user = self.discord.get_user(job.user_id) or await self.discord.fetch_user(job.user_id)
                 await user.send(text)
                 return "dm"
             except (discord.HTTPException, OSError) as exc:
                 log.info("job %s: DM refused (%s)", job.id, exc)
         if job.guild_id is not None:
-            async with self.bot.sessions() as session, session.begin():
+            async with self.sessions() as session, session.begin():
                 await moderation.audit(
                     session,
                     job.guild_id,

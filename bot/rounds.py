@@ -15,9 +15,10 @@ the proposer's own turn in flight or quota; the round's message says who propose
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import discord
 from sqlalchemy import select
@@ -33,7 +34,9 @@ from db.rounds import close_round, due_rounds, standing, unposted_rounds, voters
 from game.instruction import parse, unreadable
 
 if TYPE_CHECKING:
-    from bot.app import AnimeGamerBot
+    from bot.outbox import Outbox
+    from db.engine import Sessions
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +47,16 @@ MAX_SHOW_ATTEMPTS = 5  # a channel that refuses a round's result this often is g
 class Rounds(Background):
     name = "animegamer-rounds"
 
-    def __init__(self, bot: AnimeGamerBot) -> None:
-        self.bot = bot
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: Sessions,
+        outbox: Outbox,
+        submitting: contextlib.AbstractAsyncContextManager[Any],
+        discord_client: discord.Client,
+    ) -> None:
+        self.settings, self.sessions, self.outbox = settings, sessions, outbox
+        self.submitting, self.discord = submitting, discord_client
         self._changed: set[int] = set()  # open rounds whose message is behind their proposals and votes
         self._failures: dict[int, int] = {}
         self._announcing = asyncio.Lock()  # /story close and the loop may close the same round at once: shown once
@@ -64,20 +75,20 @@ class Rounds(Background):
             await asyncio.sleep(TICK_SECONDS)
 
     async def run_once(self) -> None:
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             unposted = await unposted_rounds(session)
         changed, self._changed = self._changed | set(unposted), set()
         for round_id in sorted(changed):
             await self._refresh(round_id)
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             due = await due_rounds(session, utcnow())
         for round_id in due:
             await self.close(round_id)
 
     async def close(self, round_id: int) -> None:
         """Close the round if it is still open, making its winner's turn in the same transaction; then show it."""
-        settings = self.bot.settings
-        async with self.bot.submitting, self.bot.sessions() as session, session.begin():
+        settings = self.settings
+        async with self.submitting, self.sessions() as session, session.begin():
             closed = await close_round(session, round_id)
             chosen = closed.winner if closed is not None else None
             if chosen is not None and (why := unreadable(chosen.instruction)) is not None:
@@ -106,15 +117,15 @@ class Rounds(Background):
         async with self._announcing:
             job_id = await self._announce(round_id)
         if job_id is not None:
-            await self.bot.outbox.send_now(job_id)
+            await self.outbox.send_now(job_id)
 
     async def _refresh(self, round_id: int) -> None:
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             found = await standing(session, round_id)
         if found is None or found.round.status != RoundStatus.OPEN:
             return
         story = found.story
-        channel = self.bot.get_partial_messageable(story.channel_id, guild_id=story.guild_id)
+        channel = self.discord.get_partial_messageable(story.channel_id, guild_id=story.guild_id)
         text, view = round_text(found), round_view(found)
         try:
             if found.round.message_id:
@@ -127,14 +138,14 @@ class Rounds(Background):
             log.warning("round %s: message not shown (%s); trying again", round_id, exc)
             self._changed.add(round_id)
             return
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             row = await session.get(StoryRound, round_id)
             if row is not None:
                 row.message_id = message.id
 
     async def _announce(self, round_id: int) -> int | None:
         """Show a closed round's result and its turn's progress message, once; the turn's job id, if any."""
-        async with self.bot.sessions() as session:
+        async with self.sessions() as session:
             found = await standing(session, round_id)
             if found is None or found.round.status != RoundStatus.CLOSED or found.round.announced:
                 return None
@@ -143,7 +154,7 @@ class Rounds(Background):
             turn_id = found.round.turn_id
             job = await session.scalar(select(Job).where(Job.turn_id == turn_id)) if turn_id is not None else None
         story = found.story
-        channel = self.bot.get_partial_messageable(story.channel_id, guild_id=story.guild_id)
+        channel = self.discord.get_partial_messageable(story.channel_id, guild_id=story.guild_id)
         try:
             text = round_text(found, voters)
             if found.round.message_id:
@@ -154,7 +165,7 @@ class Rounds(Background):
                 progress = await channel.send(
                     f"🎬 {plain(chosen.instruction, 200)}\nChosen by vote; queued.", nonce=f"agqueued{job.id}"
                 )
-                async with self.bot.sessions() as session, session.begin():
+                async with self.sessions() as session, session.begin():
                     await set_job_messages(session, job.id, progress_message_id=progress.id)
         except discord.HTTPException as exc:
             failures = self._failures[round_id] = self._failures.get(round_id, 0) + 1
@@ -162,7 +173,7 @@ class Rounds(Background):
                 log.warning("round %s: result not shown (%s); trying again", round_id, exc)
                 return job.id if job is not None else None
             log.error("round %s: result not shown after %d tries (%s); giving up", round_id, failures, exc)
-        async with self.bot.sessions() as session, session.begin():
+        async with self.sessions() as session, session.begin():
             row = await session.get(StoryRound, round_id)
             if row is not None:
                 row.announced = True

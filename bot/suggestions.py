@@ -23,7 +23,8 @@ from db.queries import played_lines
 from game.suggestions import most_played, suggest, vocabulary_for
 
 if TYPE_CHECKING:
-    from bot.app import AnimeGamerBot
+    from db.engine import Sessions
+    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +34,18 @@ PLAYED_DAYS = 30  # "most played" counts the turns of this many days
 
 
 class Suggestions:
-    def __init__(self, bot: AnimeGamerBot) -> None:
-        self.bot = bot
+    def __init__(self, settings: Settings, sessions: Sessions) -> None:
+        self.settings, self.sessions = settings, sessions
         self._played: dict[int, tuple[float, list[str], list[str]]] = {}  # guild -> (read at, motions, backgrounds)
         self._reading: dict[int, asyncio.Task[None]] = {}
 
     async def motions(self, guild_id: int | None, typed: str) -> list[app_commands.Choice[str]]:
         played, _ = await self._most_played(guild_id)
-        return _choices(suggest(typed, played, vocabulary_for(self.bot.settings.model).motions))
+        return _choices(suggest(typed, played, vocabulary_for(self.settings.model).motions))
 
     async def backgrounds(self, guild_id: int | None, typed: str) -> list[app_commands.Choice[str]]:
         _, played = await self._most_played(guild_id)
-        return _choices(suggest(typed, played, vocabulary_for(self.bot.settings.model).backgrounds))
+        return _choices(suggest(typed, played, vocabulary_for(self.settings.model).backgrounds))
 
     async def _most_played(self, guild_id: int | None) -> tuple[list[str], list[str]]:
         if guild_id is None:
@@ -61,7 +62,7 @@ class Suggestions:
 
     async def _read(self, guild_id: int) -> None:
         try:
-            async with self.bot.sessions() as session:
+            async with self.sessions() as session:
                 lines = await played_lines(session, guild_id, utcnow() - timedelta(days=PLAYED_DAYS))
             self._played[guild_id] = (time.monotonic(), *most_played(lines))
         except Exception:  # a busy or closed database: suggestions go on with the model's vocabulary

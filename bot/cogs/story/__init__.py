@@ -227,7 +227,9 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
     ) -> tuple[list[discord.File], str]:
         """The recap clip to attach (none when it cannot be) and a note saying why there is none; its file is in
         ``work``, which the caller keeps until it is sent."""
-        rules = await ClipRules.of(self.bot, guild_id, channel_id)  # a clip withheld here stays out of the recap
+        rules = await ClipRules.of(
+            self.bot.settings, self.bot.sessions, self.bot, guild_id, channel_id
+        )  # a clip withheld here stays out of the recap
         kept = [(turn.id, turn.clip_key) for turn, _ in turns if turn.clip_key and rules.shown_again(turn.safety)]
         clips = await asyncio.to_thread(lambda: [(turn_id, key) for turn_id, key in kept if self.bot.clips.exists(key)])
         if not clips:
@@ -252,7 +254,9 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             turns = await story_turns(session, story.id)
         if not turns:
             raise Refusal("Nothing has happened in this story yet.")
-        rules = await ClipRules.of(self.bot, interaction.guild_id, interaction.channel_id)
+        rules = await ClipRules.of(
+            self.bot.settings, self.bot.sessions, self.bot, interaction.guild_id, interaction.channel_id
+        )
         shown = {turn.id for turn, _ in turns if rules.shown_again(turn.safety)}  # the others: text only
         # Reading and base64-encoding every clip blocks: off the event loop, so every other command still runs.
         page, left_out = await asyncio.to_thread(
