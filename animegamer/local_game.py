@@ -128,7 +128,7 @@ def run_turn(
             state = async_result.state
             if state == states.SUCCESS:
                 try:
-                    return blobs.resolve_result(TurnResult.model_validate(async_result.result))
+                    return blobs.resolve_result(TurnResult.model_validate(async_result.result), async_result.id)
                 except BlobError as exc:
                     raise TurnFailed(f"The worker's clip cannot be read: {exc}") from exc
             if state == states.FAILURE:

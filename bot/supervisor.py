@@ -274,7 +274,7 @@ class Supervisor(Background):
             return
         try:
             # Read, not deleted yet: a bot restarted before it records the result reads it again.
-            result = await asyncio.to_thread(self.outbox.blobs.resolve_result, stored)
+            result = await asyncio.to_thread(self.outbox.blobs.resolve_result, stored, job.task_id)
         except BlobError as exc:
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
@@ -305,7 +305,7 @@ class Supervisor(Background):
             log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
         await self._forget(job)
         try:  # recorded: its bytes in Redis need not wait out their day (they expire anyway)
-            await asyncio.to_thread(self.outbox.blobs.drop_result, stored)
+            await asyncio.to_thread(self.outbox.blobs.drop_result, stored, job.task_id)
         except Exception as exc:
             log.info("job %s: its result's blobs were not dropped (%s); they expire on their own", job.id, exc)
 

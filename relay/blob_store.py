@@ -56,9 +56,10 @@ class BlobError(RuntimeError):
 REQUESTS = "q"  # the scope of requests' past representations, shared by content
 
 
-def result_scope(job_id: str) -> str:
-    """The scope of one job's result: its clip and representation, dropped once the bot records them."""
-    return f"r:{job_id}"
+def result_scope(task_id: str) -> str:
+    """The scope of one turn's result: its clip and representation, dropped once the bot records them. Named by
+    the task's id, unique to the turn: job ids restart in every game's database, and two games may share a Redis."""
+    return f"r:{task_id}"
 
 
 def _check(data: bytes, ref: BlobRef, where: str) -> None:
@@ -116,25 +117,26 @@ class BlobStore:
         ]
         return request.model_copy(update={"history": history})
 
-    def pack_result(self, result: TurnResult) -> TurnResult:
-        """The result as it crosses the result store: a large clip and representation by reference."""
-        scope = result_scope(result.job_id)
+    def pack_result(self, result: TurnResult, task_id: str | None = None) -> TurnResult:
+        """The result as it crosses the result store: a large clip and representation by reference, kept under the
+        turn's task id (its job id where none is given: one game alone on its store)."""
+        scope = result_scope(task_id or result.job_id)
         return result.model_copy(
             update={"mp4": self.pack(result.mp4, scope), "representation": self.pack(result.representation, scope)}
         )
 
-    def resolve_result(self, result: TurnResult) -> TurnResult:
+    def resolve_result(self, result: TurnResult, task_id: str | None = None) -> TurnResult:
         """The result with its clip and representation as bytes (``BlobError`` if one cannot be read)."""
-        scope = result_scope(result.job_id)
+        scope = result_scope(task_id or result.job_id)
         return result.model_copy(
             update={"mp4": self.read(result.mp4, scope), "representation": self.read(result.representation, scope)}
         )
 
-    def drop_result(self, result: TurnResult) -> None:
+    def drop_result(self, result: TurnResult, task_id: str | None = None) -> None:
         """Forget a recorded result's blobs (the result as it came from the store, references and all)."""
         for blob in (result.mp4, result.representation):
             if isinstance(blob, BlobRef):
-                self.drop(blob, result_scope(result.job_id))
+                self.drop(blob, result_scope(task_id or result.job_id))
 
 
 class FolderBlobStore(BlobStore):

@@ -273,7 +273,7 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
         raise Ignore()
     observe_turn(result.timings)
     log.info("job %s done in %.2fs", turn.job_id, sum(result.timings.values()))
-    return task.blobs.pack_result(result).model_dump(mode="json")
+    return task.blobs.pack_result(result, task_id).model_dump(mode="json")
 
 
 def _cancelled(control: JobControl, task_id: str) -> bool:

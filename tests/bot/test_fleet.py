@@ -152,8 +152,14 @@ async def fleet(
             store.stop()
 
 
-def logs(bots: list[BotProcess]) -> str:
-    return "\n".join(bot.log.read_text(errors="replace")[-2000:] for bot in bots)
+def logs(bots: list[BotProcess], jobs: list | None = None) -> str:
+    """The tail of each bot's log; with ``jobs`` (rows of read_jobs), each job's row and every line about it."""
+    tails = "\n".join(bot.log.read_text(errors="replace")[-2000:] for bot in bots)
+    if not jobs:
+        return tails
+    told = [line for bot in bots for line in bot.log.read_text(errors="replace").splitlines()]
+    about = [f"{row}: " + " | ".join(line for line in told if f"job {row[0]} " in line) for row in jobs]
+    return "\n".join(about) + "\n" + tails
 
 
 async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
