@@ -100,11 +100,10 @@ class Delivery:
         self._retry_at: dict[int, float] = {}  # job id -> monotonic time of its next attempt
         self._store_tries: dict[int, int] = {}  # job id -> posts in a row the clip store did not answer
         self._slots = asyncio.Semaphore(settings.delivery_concurrency)
-        self._keeping: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         # Which shards' turns this process posts: leases renewed on their own schedule (bot/leases.py).
-        self._keeping = asyncio.create_task(self.posting.keep(), name="animegamer-posting-leases")
+        self.posting.start()
 
     async def post_pending(self) -> set[int]:
         """Start a task for every finished turn this process posts (its guild's shard is this process's to post)
@@ -122,11 +121,7 @@ class Delivery:
         return {job.id for job in jobs}
 
     async def stop(self) -> None:
-        if self._keeping is not None:
-            self._keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeping
-            self._keeping = None
+        await self.posting.stop()
         tasks = list(self._posting.values())
         for task in tasks:
             task.cancel()

@@ -1,6 +1,6 @@
 """This process's hold on a duty that one bot process of the fleet does at a time (db/leases.py).
 
-``keep()`` runs on its own schedule, beside the duty: every third of the lease it takes the lease when it is free
+``start()`` renews it on its own schedule, beside the duty: every third of the lease it takes the lease when it is free
 or renews it when it is this process's, one write on the database's clock. The duty asks ``sure()`` before each
 move it makes as the holder, which answers from this process's monotonic clock, counted from before the write
 that last renewed it: a tick that runs long, or a process paused past its lease (a GC pause, a frozen VM,
@@ -18,9 +18,10 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from bot.background import Background
 from db.engine import Sessions
 from db.leases import STANDING_IN, database_now, give_up, give_up_all, take, take_many
 
@@ -39,7 +40,20 @@ def _elapsed() -> float:
     return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 
 
-class LeaseHold:
+async def _renewing(renew: Callable[[], Awaitable[object]], length: timedelta, what: str) -> None:
+    """Take or renew every third of the lease's length, until cancelled; a renewal the database refuses is logged,
+    and the holder's own clock says when it may no longer act."""
+    while True:
+        try:
+            await renew()
+        except Exception as exc:
+            log.warning("%s not renewed (%s)", what, exc)
+        await asyncio.sleep(length.total_seconds() / 3)
+
+
+class LeaseHold(Background):
+    """``start()`` renews it on its own schedule until ``stop()`` (its task is named after the lease)."""
+
     def __init__(self, sessions: Sessions, name: str, holder: str, seconds: float) -> None:
         self.sessions = sessions
         self.name = name
@@ -67,14 +81,8 @@ class LeaseHold:
         """Whether this process holds the lease for ``margin`` seconds more, for certain."""
         return self._sure_until is not None and _elapsed() + margin < self._sure_until
 
-    async def keep(self) -> None:
-        """Take or renew the lease every third of its length, until cancelled."""
-        while True:
-            try:
-                await self.renew()
-            except Exception as exc:  # the database is down: sure() turns false when the lease may have run out
-                log.warning("%s lease not renewed (%s)", self.name, exc)
-            await asyncio.sleep(self.length.total_seconds() / 3)
+    async def _run(self) -> None:
+        await _renewing(self.renew, self.length, f"{self.name} lease")  # sure() turns false once it may have lapsed
 
     async def give_up(self) -> None:
         if self._sure_until is None:
@@ -92,14 +100,17 @@ def shard_of(guild_id: int | None, shard_count: int) -> int:
     return 0 if guild_id is None else (guild_id >> 22) % shard_count
 
 
-class PostingShards:
+class PostingShards(Background):
     """Which guilds' finished turns this process posts, so that each turn has one poster in a fleet.
 
     One lease per shard (``post:<shard>``). A process takes the leases of the shards it connects as their owner;
     where two processes connect every shard, whichever asks first holds each. It also stands in for a shard that no
     live process holds (its owner died: the lease ran out), until the owner is back, which takes it over at once.
     ``shards()`` says, when asked, how many shards the bot has and which it connects (None before it logs in).
+    ``start()`` renews the leases on their own schedule until ``stop()``.
     """
+
+    name = "animegamer-posting-leases"
 
     def __init__(
         self,
@@ -137,14 +148,8 @@ class PostingShards:
             return False
         return _elapsed() < self._sure_until.get(shard_of(guild_id, self._count), -math.inf)
 
-    async def keep(self) -> None:
-        """Take or renew the leases every third of their length, until cancelled."""
-        while True:
-            try:
-                await self.renew()
-            except Exception as exc:  # the database is down: posts() turns false as the leases may run out
-                log.warning("posting leases not renewed (%s)", exc)
-            await asyncio.sleep(self.length.total_seconds() / 3)
+    async def _run(self) -> None:
+        await _renewing(self.renew, self.length, "posting leases")  # posts() turns false once they may have lapsed
 
     async def give_up(self) -> None:
         self._sure_until = {}

@@ -98,7 +98,6 @@ def error_id(job_id: int) -> str:
 
 class Supervisor(Background):
     name = "animegamer-supervisor"
-    _keeping: asyncio.Task[None] | None = None  # the outbox lease's renewals
 
     def __init__(
         self,
@@ -134,15 +133,11 @@ class Supervisor(Background):
     def start(self) -> None:
         super().start()
         # Renewed on its own schedule, not inside a tick: a tick stuck on Discord or a slow store never lets it lapse.
-        self._keeping = asyncio.create_task(self.outbox.lease.keep(), name="animegamer-outbox-lease")
+        self.outbox.lease.start()
 
     async def stop(self) -> None:
         await super().stop()
-        if self._keeping is not None:
-            self._keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeping
-            self._keeping = None
+        await self.outbox.lease.stop()
         await self.outbox.lease.give_up()  # a clean stop: another process sends from its next tick
 
     async def tick(self) -> None:
