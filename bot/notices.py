@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import discord
@@ -53,8 +54,15 @@ class Notices:
         self._last_edit = {k: v for k, v in self._last_edit.items() if k in job_ids or v[0] >= seen_at}
         self._interactions = {k: v for k, v in self._interactions.items() if k in job_ids or v[0] >= seen_at}
 
-    async def edit_progress(self, job: JobInfo, text: str, force: bool = False) -> bool:
-        """Edit the job's progress message; False if it has none or the edit failed."""
+    async def edit_progress(
+        self,
+        job: JobInfo,
+        text: str,
+        force: bool = False,
+        current: Callable[[], Awaitable[bool]] | None = None,
+    ) -> bool:
+        """Edit the job's progress message; False if it has none or the edit failed. ``current`` is asked just
+        before an edit that is due: False (what the text shows is no longer so) and nothing is edited."""
         if not job.progress_message_id or not job.channel_id:
             return False
         now = time.monotonic()
@@ -63,6 +71,8 @@ class Notices:
             return True
         if not force and now - last_time < self.settings.progress_edit_seconds:
             return True
+        if current is not None and not await current():
+            return False
         self._last_edit[job.id] = (now, text)
         channel = self.discord.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
         try:

@@ -51,6 +51,7 @@ from db.jobs import (
     expire_job,
     fail_job,
     hand_back,
+    in_attempt,
     jobs_in_flight,
     mark_started,
     note_cancel_marked,
@@ -339,10 +340,17 @@ class Supervisor(Background):
         await self._forget(job)
 
     async def show_progress(self, job: JobInfo, progress: Progress) -> None:
+        """Written and shown only while the job is in the attempt this tick read: a process that paused after its
+        reading never shows an old attempt's step over a turn handed back and started again since."""
         if progress.stage is Stage.DENOISE and progress.total > 0 and job.status is JobStatus.RUNNING:
             async with self.sessions() as session, session.begin():
-                await update_progress(session, job.id, progress.step, progress.total)
-        await self.notices.edit_progress(job, progress_text(job.instruction, progress))
+                await update_progress(session, job.id, progress.step, progress.total, job.attempts)
+
+        async def current() -> bool:
+            async with self.sessions() as session:
+                return await in_attempt(session, job.id, job.attempts)
+
+        await self.notices.edit_progress(job, progress_text(job.instruction, progress), current=current)
 
     async def _forget(self, job: JobInfo) -> None:
         with contextlib.suppress(QueueUnavailable):

@@ -222,18 +222,30 @@ async def beat(session: AsyncSession, job_id: int, deadline: datetime, attempt: 
     return await _move(session, job_id, Event.BEAT, *fenced(attempt), deadline_at=deadline)
 
 
-async def update_progress(session: AsyncSession, job_id: int, step: int, total: int) -> bool:
-    """Record step/total of a running job, for /queue; not a move."""
+async def update_progress(
+    session: AsyncSession, job_id: int, step: int, total: int, attempt: int | None = None
+) -> bool:
+    """Record step/total of a running job, for /queue; not a move, yet fenced like one: a reading from before a
+    pause never writes an old attempt's step over the new attempt's."""
     if total <= 0 or step < 0:
         raise ValueError(f"progress needs 0 <= step and 0 < total, got {step}/{total}")
     step = min(step, total)
     result = await session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status == JobStatus.RUNNING)
+        .where(Job.id == job_id, Job.status == JobStatus.RUNNING, *fenced(attempt))
         .values(step=step, total=total, progress=step / total)
         .returning(Job.id)
     )
     return _changed(result)
+
+
+async def in_attempt(session: AsyncSession, job_id: int, attempt: int) -> bool:
+    """Whether the job is still in flight in the attempt a process read: what it shows of that reading (a progress
+    edit) is shown only then."""
+    found = await session.scalar(
+        select(Job.id).where(Job.id == job_id, Job.attempts == attempt, Job.status.in_(IN_FLIGHT))
+    )
+    return found is not None
 
 
 async def hand_back(

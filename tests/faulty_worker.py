@@ -5,6 +5,7 @@
   turn stuck in a GPU call looks like.
 - A turn whose instruction says "slowly" runs the real pipeline with each denoising step taking at least
   ``SLOW_STEP_SECONDS``, so a test has time to act while it runs (cancel it, kill its worker).
+- A turn whose instruction says "crawl" is the same at ``CRAWL_STEP_SECONDS`` a step: about half a minute.
 - A turn whose instruction says "dawdle" runs the real pipeline with every progress write stalling
   ``STORE_STALL_SECONDS`` in the result store, so its soft time limit lands while progress is being stored.
 - A turn whose instruction says "stranger" returns a real result made for another job id: a result that
@@ -30,6 +31,7 @@ from worker.pipeline.pipeline import AnimeGamerPipeline
 from worker.safety import LABELS, NudeNetChecker
 
 SLOW_STEP_SECONDS = 0.2
+CRAWL_STEP_SECONDS = 0.6
 STORE_STALL_SECONDS = 1.0
 FLAGGED_SCORE = 0.97
 
@@ -66,11 +68,12 @@ def misbehave_on_request(self, request, on_progress=None):
         while True:
             with contextlib.suppress(BaseException):  # deliberately deaf, as a stuck CUDA call is
                 time.sleep(1)
-    if "slowly" in request.instruction:
+    if "slowly" in request.instruction or "crawl" in request.instruction:
+        step_seconds = SLOW_STEP_SECONDS if "slowly" in request.instruction else CRAWL_STEP_SECONDS
 
         def slow_report(stage: str, step: int, total: int) -> None:
             if stage == "denoise":
-                time.sleep(SLOW_STEP_SECONDS)
+                time.sleep(step_seconds)
             report(stage, step, total)
 
         return real_call(self, request, slow_report)

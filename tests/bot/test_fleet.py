@@ -97,13 +97,17 @@ async def fleet(
     together: bool = False,
     store: S3Server | None = None,
     clocks: dict[str, str] | None = None,
+    discord_host: dict[str, str] | None = None,
+    faulty_worker: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
     """A worker in a folder of its own and bots, each in one of its own with no folder in common, on ``database``,
     Redis and an S3 store (SeaweedFS) that keeps the clips. By default all on the one shard of one loopback Discord,
     started one after another, the newest taking the interactions (a rolling deploy); with ``shard_ids`` each bot
     connects only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once.
     ``store``: one the test started (and stops), to look into. ``clocks``: a bot's wall clock shifted by libfaketime
-    (``{"new": "+30s"}``); its monotonic clock is left alone, as NTP leaves it."""
+    (``{"new": "+30s"}``); its monotonic clock is left alone, as NTP leaves it. ``discord_host``: the name a bot
+    reaches Discord by (``localhost``, so that a fault takes its requests alone). ``faulty_worker``: the worker's
+    settings, and it runs ``tests.faulty_worker`` (turns that misbehave on request)."""
     faketime = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
     if clocks and faketime is None:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
@@ -112,7 +116,11 @@ async def fleet(
     if own_store:
         store.start()
     gpu = tmp_path / "gpu-machine"
-    worker = start_worker({**worker_env(gpu / "data", redis_url), **machine(gpu)}, cwd=gpu)
+    env_of_worker = {**worker_env(gpu / "data", redis_url, **(faulty_worker or {})), **machine(gpu)}
+    if faulty_worker is None:
+        worker = start_worker(env_of_worker, cwd=gpu)
+    else:  # run from the repository, where its module is
+        worker = start_worker(env_of_worker, "tests.faulty_worker")
     bots: list[BotProcess] = []
     try:
         async with DiscordDouble(guilds, strict=True) as double:
@@ -138,6 +146,8 @@ async def fleet(
                 if clocks and name in clocks:  # preloaded into the bot's own process, which the test then stops
                     clock = {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
                 env_of = {**env, **shards, **clock, **machine(folder)}
+                if discord_host and name in discord_host:
+                    env_of["DISCORD_API_BASE"] = double.api_base_for(discord_host[name])
                 bot = BotProcess(bot_argv(), env_of, folder / "bot.log", cwd=folder)
                 bots.append(bot.start())
                 if not together:  # a rolling deploy: the new bot is ready before the old one stops

@@ -178,6 +178,18 @@ async def test_a_move_decided_from_an_attempt_that_has_since_been_sent_again_cha
         assert after.attempts == read + 1
 
 
+async def test_progress_read_from_an_attempt_sent_again_since_is_neither_written_nor_shown(sessions: Sessions) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 16))
+    read = await _sent_again(sessions, job_id, started=True)
+    async with sessions() as s, s.begin():
+        assert not await j.update_progress(s, job_id, 40, 50, read)
+        assert not await j.in_attempt(s, job_id, read)
+        assert await j.in_attempt(s, job_id, read + 1)
+        assert await j.update_progress(s, job_id, 3, 50, read + 1)
+    async with sessions() as s:
+        assert (await s.get_one(Job, job_id)).step == 3
+
+
 async def test_a_story_turn_is_sent_only_after_the_turn_before_it_ends(sessions: Sessions, make_result) -> None:
     async with sessions() as s, s.begin():
         story = (await q.create_story(s, GUILD, 77, "Night flight", 1)).id

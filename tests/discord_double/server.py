@@ -105,6 +105,7 @@ class Fault:
     times: int | None
     delay: float
     retry_after: float | None
+    host: str | None = None  # only requests that named this host (the Host header): one process of several
     hits: int = 0
     cleared: bool = False
 
@@ -113,6 +114,8 @@ class Fault:
         return not self.cleared and (self.times is None or self.hits < self.times)
 
     def takes(self, rec: Recorded) -> bool:
+        if self.host is not None and rec.headers.get("Host", "").rsplit(":", 1)[0] != self.host:
+            return False
         return self.active and self.method == rec.method and self.pattern.fullmatch(rec.path) is not None
 
     def clear(self) -> None:
@@ -335,6 +338,11 @@ class DiscordDouble:
     def api_base(self) -> str:
         return self.origin + API_PREFIX
 
+    def api_base_for(self, host: str) -> str:
+        """The API reached by another name for this server (``localhost``): faults given that ``host`` take only
+        the requests of the processes told to use it."""
+        return f"http://{host}:{self._port}{API_PREFIX}"
+
     @property
     def gateway_url(self) -> str:
         return f"ws://{self.address}:{self._port}/gateway"
@@ -454,19 +462,21 @@ class DiscordDouble:
         times: int | None = 1,
         delay: float = 0.0,
         retry_after: float | None = None,
+        host: str | None = None,
     ) -> Fault:
         """Answer the next ``times`` matching REST requests (None: all, until cleared) with an error.
 
         ``path_regex`` is fullmatched against the path after /api/v10, as in ``calls_to``. ``delay`` sleeps
         before answering; ``status=0`` then handles the request as usual (a slow Discord). ``status=429`` is a
-        rate limit (``retry_after`` seconds, default 1) that discord.py sleeps out and retries. Faulted requests
-        are still recorded in ``calls`` with the status they got.
+        rate limit (``retry_after`` seconds, default 1) that discord.py sleeps out and retries. ``host`` takes only
+        the requests of a process that reaches Discord by that name (``api_base_for("localhost")``): one process
+        of a fleet sees the fault. Faulted requests are still recorded in ``calls`` with the status they got.
         """
         if message is None:
             message = "You are being rate limited." if status == 429 else _status_message(status)
         if status == 429 and retry_after is None:
             retry_after = 1.0
-        fault = Fault(method.upper(), re.compile(path_regex), status, code, message, times, delay, retry_after)
+        fault = Fault(method.upper(), re.compile(path_regex), status, code, message, times, delay, retry_after, host)
         self.faults.append(fault)
         return fault
 
