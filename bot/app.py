@@ -98,6 +98,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.limits = limits_from(settings)
         self.blobs = store_for(settings)  # past turns' representations go out, clips come back, through it
         self.presence = WorkerPresence(settings, self.queue)
+        self.metrics.watch(self)
         self.notices = Notices(settings, self.open_session, self)
         self.outbox = Outbox(
             settings,

@@ -12,11 +12,13 @@ one game share. Every method blocks: call it through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import shutil
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 
 
 class ClipStore(ABC):
+    # Operations the store refused or failed ("put", "get", ...) since the process started, counted where they
+    # fail: the bot's metrics export them (animegamer_clip_store_failures_total), and an alert pages on a rise.
+    failures: Counter[str]
+
     @classmethod
     def of(cls, settings: Settings) -> ClipStore:
         """The store the settings name: ``ANIMEGAMER_CLIP_STORE=s3://bucket/prefix``, else the clip folder."""
@@ -85,6 +91,7 @@ class FolderStore(ClipStore):
 
     def __init__(self, root: Path) -> None:
         self.root = root.absolute()  # fixed at start: a later change of working directory moves nothing
+        self.failures = Counter()
 
     @property
     def where(self) -> str:
@@ -103,13 +110,16 @@ class FolderStore(ClipStore):
 
     def _into_place(self, key: str, write) -> None:
         final = self.path(key)
-        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}.partial")  # two writers never share one
         try:
+            final.parent.mkdir(parents=True, exist_ok=True)
             write(tmp)
             tmp.replace(final)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):  # a full disk, a folder that refuses us
+                self.failures["put"] += 1
             raise
 
     def get(self, key: str) -> bytes:
@@ -159,6 +169,7 @@ class S3Store(ClipStore):
 
     def __init__(self, client: Any, bucket: str, prefix: str, endpoint: str) -> None:
         self.client, self.bucket, self.prefix, self.endpoint = client, bucket, prefix, endpoint
+        self.failures = Counter()
 
     @classmethod
     def connect(cls, settings: Settings) -> S3Store:
@@ -199,8 +210,10 @@ class S3Store(ClipStore):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise FileNotFoundError(f"no object {key} in {self.where}") from None
+            self.failures[what] += 1
             raise StoreUnavailable(f"{what} {key} in {self.where} refused: {code or exc}") from None
         except (BotoCoreError, OSError) as exc:
+            self.failures[what] += 1
             raise StoreUnavailable(f"{what} {key} in {self.where} failed: {type(exc).__name__}") from None
 
     def ready(self) -> None:

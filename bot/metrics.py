@@ -16,6 +16,10 @@ they always count, and the endpoint only decides whether anyone can read the cou
 - Clip posts retried, and posts given up as undeliverable.
 - Clips the safety policy decided on: flagged and posted in an age-restricted channel, flagged and withheld,
   unchecked (no detector on the worker, or it failed) and withheld. A rise in the last is a worker to fix.
+- What the alerts page on (deploy/monitoring/alerts.yml), read at scrape time from what the loop already knows:
+  how long the oldest turn not yet started has waited, live workers per queue the bot sends to, how long each of
+  this process's shards has been disconnected, the Redis broker's memory against its limit, and the clip store's
+  failed operations.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
@@ -32,14 +36,18 @@ from wsgiref.simple_server import WSGIServer
 import aiohttp
 import discord
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
+from db.base import utcnow
 from game.instruction import InstructionError, parse
-from game.jobs import IN_FLIGHT
+from game.jobs import IN_FLIGHT, JobStatus
 from relay.celery_app import RELEASE_MODEL, queue_for, served_queues
 from relay.probes import Ready, with_health
 
 if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
     from db.jobs import JobInfo
     from relay.settings import Settings
 
@@ -54,6 +62,7 @@ SUBCOMMAND, SUBCOMMAND_GROUP = 1, 2  # Discord's option types that name a part o
 
 
 SAFETY_DECISIONS = ("posted_flagged", "withheld_flagged", "withheld_unchecked")
+STORE_OPERATIONS = ("put", "get", "delete", "list")  # present at 0; others appear once one fails
 
 
 class BotMetrics:
@@ -88,6 +97,12 @@ class BotMetrics:
             "animegamer_clip_safety",
             "Clips the nudity check had a say on, by decision.",
             ["decision"],
+            registry=self.registry,
+        )
+        self.oldest_wait = Gauge(
+            "animegamer_queue_oldest_wait_seconds",
+            "Seconds the oldest turn not yet started has waited, by queue (0: none waiting), as of the last tick.",
+            ["queue"],
             registry=self.registry,
         )
         for outcome in OUTCOMES:  # present at 0, so rate() and alerts see a series before the first one
@@ -150,19 +165,76 @@ class BotMetrics:
     # -- jobs and turns ----------------------------------------------------------------------------
 
     def queue_depth(self, settings: Settings, in_flight: Iterable[JobInfo]) -> None:
-        """Set queued/running per queue from the jobs the supervisor just read; a queue emptied reads 0."""
+        """Set queued/running per queue, and the oldest wait, from the jobs the supervisor just read; a queue
+        emptied reads 0. A story turn still waiting for the one before it (no deadline yet) is not waiting for a
+        worker, and is not counted in the wait."""
         counts = {(queue, str(status)): 0 for queue in served_queues(settings) for status in IN_FLIGHT}
         counts.update(dict.fromkeys(self._queues_seen, 0))
+        now = utcnow()
+        oldest = {queue: 0.0 for queue, _ in counts}
         for job in in_flight:
-            key = (_queue_of(settings, job.instruction), str(job.status))
+            queue = _queue_of(settings, job.instruction)
+            key = (queue, str(job.status))
             counts[key] = counts.get(key, 0) + 1
+            if job.status is JobStatus.QUEUED and job.deadline_at is not None:
+                oldest[queue] = max(oldest.get(queue, 0.0), (now - job.queued_at).total_seconds())
         for (queue, status), count in counts.items():
             self.queue_jobs.labels(queue, status).set(count)
+        for queue, seconds in oldest.items():
+            self.oldest_wait.labels(queue).set(seconds)
         self._queues_seen = set(counts)
 
     def turn_ended(self, outcome: str, count: int = 1) -> None:
         """A turn's final move committed (``OUTCOMES``); call once per job whose move matched."""
         self.turns.labels(outcome).inc(count)
+
+    def watch(self, bot: AnimeGamerBot) -> None:
+        """Export, at each scrape, the state of ``bot`` that the alerts page on (``LiveState``)."""
+        self.registry.register(LiveState(bot))
+
+
+class LiveState(Collector):
+    """Read at scrape time, from the HTTP server's thread: only attributes the loop sets, never awaiting it."""
+
+    def __init__(self, bot: AnimeGamerBot) -> None:
+        self.bot = bot
+
+    def collect(self) -> Iterator[Metric]:
+        bot, now = self.bot, time.monotonic()
+        shards = GaugeMetricFamily(
+            "animegamer_shard_disconnected_seconds",
+            "Seconds each shard of this process has been without its gateway (0: connected).",
+            labels=["shard"],
+        )
+        lost, known = dict(bot.disconnected), bot.connected_shards()
+        for shard in sorted(set(known[1] if known else ()) | set(lost)):
+            since = lost.get(shard)
+            shards.add_metric([str(shard)], 0.0 if since is None else round(now - since, 1))
+        yield shards
+        workers = GaugeMetricFamily(
+            "animegamer_queue_workers",
+            "Live workers consuming each queue this bot sends to, as they announce themselves.",
+            labels=["queue"],
+        )
+        live = dict(bot.presence.workers_on)
+        for queue in served_queues(bot.settings):
+            workers.add_metric([queue], live.get(queue, 0))
+        yield workers
+        if (memory := bot.presence.broker_memory) is not None:
+            used, limit = memory
+            yield GaugeMetricFamily("animegamer_broker_memory_used_bytes", "The Redis broker's memory in use.", used)
+            yield GaugeMetricFamily(
+                "animegamer_broker_memory_max_bytes", "The Redis broker's maxmemory (0: no limit).", limit
+            )
+        failures = CounterMetricFamily(
+            "animegamer_clip_store_failures",
+            "Clip store operations that failed or were refused (a store down, a full disk), by operation.",
+            labels=["operation"],
+        )
+        counted = dict(bot.clips.failures)
+        for operation in sorted(set(STORE_OPERATIONS) | set(counted)):
+            failures.add_metric([operation], counted.get(operation, 0))
+        yield failures
 
 
 def command_label(interaction: discord.Interaction) -> str:

@@ -1,5 +1,5 @@
 """Which workers are live, read from their announcements: how many consume each queue, and (published model)
-which characters some live worker plays.
+which characters some live worker plays; and, read beside them, how full a Redis broker is (for the metrics).
 
 Every bot process reads it for itself, at most every ``REFRESH_SECONDS``; nothing is written, so a fleet needs no
 owner for it. The outbox sizes each queue's window from it; /act refuses a character no worker plays.
@@ -7,6 +7,7 @@ owner for it. The outbox sizes each queue's window from it; /act refuses a chara
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 
@@ -26,6 +27,7 @@ class WorkerPresence:
         self.served: list[str] | None = list(settings.characters) if settings.model == RELEASE_MODEL else None
         self.workers_on: Counter[str] = Counter()  # queue -> live workers consuming it
         self.queue_answers: bool | None = None  # at the last call that needed it; None: not asked yet
+        self.broker_memory: tuple[int, int] | None = None  # a Redis broker's bytes used and maxmemory, when read
         self._read_at = float("-inf")
 
     async def refresh(self) -> None:
@@ -39,6 +41,8 @@ class WorkerPresence:
             return  # keep what was known
         self.queue_answers = True
         self.workers_on = Counter(queue for presence in presences for queue in presence.queues)
+        with contextlib.suppress(QueueUnavailable):
+            self.broker_memory = await self.queue.broker_memory()
         if self.served is not None:
             characters = self.settings.characters
             self.served = [name for name in characters if queue_for(self.settings, name) in self.workers_on]

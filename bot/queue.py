@@ -132,24 +132,46 @@ class TurnQueue:
         """Forget a job's claim before it is sent again, only if ``holder`` still holds it (see JobControl)."""
         return await self._call(lambda: self.control.release(task_id, holder))
 
+    @property
+    def broker_is_redis(self) -> bool:
+        return self.app.conf.broker_url.startswith(("redis://", "rediss://"))
+
+    def _broker_redis(self) -> Any:
+        """A Redis client on the broker itself (made once, in the queue's threads)."""
+        if self._broker_client is None:
+            import redis
+
+            self._broker_client = redis.Redis.from_url(
+                self.app.conf.broker_url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
+            )
+        return self._broker_client
+
     async def broker_started(self) -> datetime | None:
         """When the broker last started, for a broker that forgets its queue on restart (Redis).
 
         None where messages outlive a restart (the SQLite broker keeps them in its file) or where
         the broker cannot say. Messages sent before that instant that no worker holds are lost.
         """
-        if not self.app.conf.broker_url.startswith(("redis://", "rediss://")):
+        if not self.broker_is_redis:
             return None
 
         def ask() -> datetime:
-            if self._broker_client is None:
-                import redis
-
-                self._broker_client = redis.Redis.from_url(
-                    self.app.conf.broker_url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout
-                )
-            uptime = float(self._broker_client.info("server")["uptime_in_seconds"])
+            uptime = float(self._broker_redis().info("server")["uptime_in_seconds"])
             return datetime.now(UTC) - timedelta(seconds=uptime + 1)  # whole seconds: err towards earlier
+
+        return await self._call(ask)
+
+    async def broker_memory(self) -> tuple[int, int] | None:
+        """The Redis broker's memory in use and its ``maxmemory`` (0: no limit), in bytes; None for another broker.
+
+        A broker at its limit refuses every send (``noeviction``): the turns wait in the outbox, and the operator
+        is paged before that (the alert on these two)."""
+        if not self.broker_is_redis:
+            return None
+
+        def ask() -> tuple[int, int]:
+            memory = self._broker_redis().info("memory")
+            return int(memory["used_memory"]), int(memory.get("maxmemory", 0))
 
         return await self._call(ask)
 

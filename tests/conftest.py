@@ -70,7 +70,8 @@ def redis_url() -> str:
 
 @pytest.fixture(scope="session")
 def redis_worker(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Worker]:
-    worker = start_worker(worker_env(tmp_path_factory.mktemp("redis-worker"), redis_url))
+    metrics = {"ANIMEGAMER_WORKER_METRICS_PORT": str(free_port()), "ANIMEGAMER_METRICS_ADDRESS": "127.0.0.1"}
+    worker = start_worker(worker_env(tmp_path_factory.mktemp("redis-worker"), redis_url, **metrics))
     yield worker
     worker.kill(signal.SIGTERM)
 

@@ -117,7 +117,7 @@ def test_the_bot_and_the_worker_are_healthy_when_their_readyz_says_so(service: s
 
 def test_every_long_running_service_has_a_health_check_and_restarts() -> None:
     for name, service in SERVICES.items():
-        if name != "migrate":
+        if name != "migrate" and "monitoring" not in service.get("profiles", ()):
             assert service["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), name
             assert service["restart"] == "unless-stopped", name
 
@@ -125,8 +125,11 @@ def test_every_long_running_service_has_a_health_check_and_restarts() -> None:
 def test_checkpoints_are_mounted_read_only_and_what_must_survive_is_a_volume_of_one_service() -> None:
     (checkpoints,) = [v for v in SERVICES["worker"]["volumes"] if v.endswith(":/checkpoints:ro")]
     assert checkpoints.startswith("${ANIMEGAMER_CHECKPOINTS_DIR:-./checkpoints}")
-    named = {v.split(":")[0] for s in SERVICES.values() for v in s.get("volumes", []) if v != checkpoints}
-    assert named == {"redis-data", "postgres-data", "store-data", "worker-data"} == set(COMPOSE["volumes"])
+    mounts = [v for s in SERVICES.values() for v in s.get("volumes", []) if v != checkpoints]
+    named = {v.split(":")[0] for v in mounts if not v.startswith("./")}  # not the monitoring's files, read-only
+    monitoring = {"prometheus-data", "grafana-data"}
+    assert named - monitoring == {"redis-data", "postgres-data", "store-data", "worker-data"}
+    assert named | monitoring == set(COMPOSE["volumes"])
     assert "volumes" not in SERVICES["bot"], "two bot processes share no disk: clips live in the store"
 
 
@@ -168,13 +171,33 @@ NOT_PASSED = {
     "ANIMEGAMER_CLIP_DIR": "clips live in the stack's store",
     "ANIMEGAMER_BLOB_DIR": "with the results in Redis, large results cross in Redis",
     "ANIMEGAMER_MIGRATE_AT_START": "the migrate service migrates",
-    "ANIMEGAMER_METRICS_ADDRESS": "the endpoints stay inside each container",
     "SHARD_IDS": "each bot process connects every shard",
     "ANIMEGAMER_CHECKPOINTS_DIR": "compose's own: the host folder mounted",
     "POSTGRES_PASSWORD": "compose's own: put into the database URL",
     "REDIS_PASSWORD": "compose's own: put into the Redis URLs",
     "REDIS_MAXMEMORY": "compose's own: Redis's limit",
+    "GRAFANA_ADMIN_PASSWORD": "compose's own: Grafana's (the monitoring profile)",
 }
+
+
+def test_the_monitoring_profile_is_optional_and_loads_the_repositorys_alerts_and_dashboard() -> None:
+    prometheus, grafana = SERVICES["prometheus"], SERVICES["grafana"]
+    assert prometheus["profiles"] == grafana["profiles"] == ["monitoring"]  # a plain `up` starts neither
+    assert "./deploy/monitoring/alerts.yml:/etc/prometheus/alerts.yml:ro" in prometheus["volumes"]
+    assert "./deploy/monitoring/grafana/dashboards:/var/lib/grafana/dashboards:ro" in grafana["volumes"]
+    for service in (prometheus, grafana):  # on this machine only
+        assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+    for mount in prometheus["volumes"] + grafana["volumes"]:
+        if mount.startswith("./"):
+            assert (REPO / mount.split(":")[0]).exists(), mount
+    scraped = yaml.safe_load((REPO / "deploy/monitoring/prometheus.yml").read_text())["scrape_configs"]
+    ports = {config["job_name"]: config["dns_sd_configs"][0]["port"] for config in scraped}
+    bot, worker = SERVICES["bot"]["environment"], SERVICES["worker"]["environment"]
+    assert ports == {
+        "animegamer-bot": int(bot["ANIMEGAMER_METRICS_PORT"]),
+        "animegamer-worker": int(worker["ANIMEGAMER_WORKER_METRICS_PORT"]),
+    }
+    assert bot["ANIMEGAMER_METRICS_ADDRESS"] == worker["ANIMEGAMER_METRICS_ADDRESS"] == "0.0.0.0"
 
 
 def test_every_documented_setting_reaches_the_service_that_reads_it_or_is_named_here_with_why() -> None:

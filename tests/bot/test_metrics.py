@@ -10,6 +10,7 @@ import asyncio
 import logging
 
 import pytest
+import redis
 from sqlalchemy import select
 
 from bot.app import AnimeGamerBot
@@ -149,3 +150,47 @@ async def test_the_log_has_one_line_for_each_step_of_a_turn_naming_its_job_and_n
         assert sum(line.startswith(f"job {job_id} {step}") for line in said) == 1, (step, said)
     assert sqlite_worker.said(f"started (task {task_id})") == 1  # the worker's line names the job too
     assert not [line for line in said if WAVE["motion"] in line]
+
+
+async def test_a_turn_no_worker_takes_shows_its_wait_growing_on_a_queue_with_no_worker(double, bot_settings, tmp_path):
+    settings = bot_settings
+
+    def waited() -> float:
+        return sample(bot, "animegamer_queue_oldest_wait_seconds", queue=settings.queue) or 0.0
+
+    async with running_bot_on(double, settings, idle_queue(settings, tmp_path)) as bot:
+        assert waited() == 0
+        await play(double)
+        await until(lambda: waited() > 0, "a wait")
+        first = waited()
+        await until(lambda: waited() >= first + 1, "the wait grow")
+        assert sample(bot, "animegamer_queue_workers", queue=settings.queue) == 0
+
+
+async def test_a_live_worker_is_counted_on_its_queue_and_a_lost_shard_reads_disconnected_until_it_is_back(
+    double, worker_settings, sqlite_worker
+):
+    async with running_bot(double, worker_settings, sqlite_worker) as bot:
+        assert sample(bot, "animegamer_queue_workers", queue=worker_settings.queue) == 1
+        assert sample(bot, "animegamer_shard_disconnected_seconds", shard="0") == 0
+        async with double.gateway_outage(0):
+            await until(lambda: sample(bot, "animegamer_shard_disconnected_seconds", shard="0") >= 1, "the outage")
+        await until(lambda: sample(bot, "animegamer_shard_disconnected_seconds", shard="0") == 0, "it back")
+
+
+async def test_a_clip_the_store_refuses_counts_a_failed_put(sqlite_worker, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    settings = settings_beside(sqlite_worker, tmp_path, clip_dir=tmp_path / "a-file" / "clips")
+    async with DiscordDouble() as double, running_bot(double, settings, sqlite_worker) as bot:
+        assert sample(bot, "animegamer_clip_store_failures_total", operation="put") == 0
+        await play(double)
+        await until(lambda: sample(bot, "animegamer_clip_store_failures_total", operation="put") >= 1, "a put", 90)
+
+
+async def test_a_redis_brokers_memory_and_its_limit_are_exported(double, redis_worker, tmp_path):
+    settings = settings_beside(redis_worker, tmp_path)
+    async with running_bot(double, settings, redis_worker) as bot:
+        used = sample(bot, "animegamer_broker_memory_used_bytes")
+        limit = sample(bot, "animegamer_broker_memory_max_bytes")
+    info = redis.Redis.from_url(settings.broker_url).info("memory")
+    assert used is not None and used > 0 and limit == info["maxmemory"]
