@@ -1,6 +1,6 @@
 """What KEDA would ask for while a burst is played, and how long a worker scaled in mid-turn takes to drain.
 
-    python benchmarks/worker_scaling.py [--players 50] [--steps 4] [--drain-steps 400]
+    python benchmarks/worker_scaling.py [--players 50] [--steps 4]
 
 - replicas: the real `animegamer bot` process on a PostgreSQL database of its own (the test server,
   ANIMEGAMER_TEST_POSTGRES_URL) and one tiny worker (random weights) on a Redis of the run's own; ``--players`` act at
@@ -9,8 +9,9 @@
   (ceil(value / targetQueryValue), within minReplicaCount..maxReplicaCount) is printed, until every turn is posted.
   One worker's throughput is what empties the queue here: the counts show how many workers the queue asked for, and
   for how long.
-- drain: a worker whose turn takes ``--drain-steps`` denoising steps is sent SIGTERM half-way through it (as a
-  scale-in does): the seconds from SIGTERM to the process's exit, and whether the turn still ended done.
+- drain: a worker whose turn crawls (tests.faulty_worker: the real pipeline, each of its 50 denoising steps taking
+  0.6 s, about half a minute in all) is sent SIGTERM half-way through it (as a scale-in does): the seconds from
+  SIGTERM to the process's exit, and whether the turn still ended done.
 
 A measurement, not a test (tests/db/test_scaling_query.py checks the counts; tests/bot/test_faults.py the drain).
 """
@@ -53,14 +54,7 @@ def replicas_for(value: float, scaled: dict) -> int:
     return min(scaled["spec"]["maxReplicaCount"], max(1, math.ceil(value / float(meta["targetQueryValue"]))))
 
 
-async def replicas_during_a_burst(folder: Path, players: int, steps: int) -> None:
-    server = Postgres(POSTGRES_URL)
-    if reason := server.unavailable():
-        print(f"replicas: skipped ({reason})")
-        return
-    name = server.new_database()
-    database = server.url_for(name)
-    upgrade(database)
+async def replicas_during_a_burst(folder: Path, database: str, players: int, steps: int) -> None:
     scaled = scaled_object()
     query = text(scaled["spec"]["triggers"][0]["metadata"]["query"])
     world = World(folder / "world", workers=1, steps=steps)
@@ -103,18 +97,17 @@ async def replicas_during_a_burst(folder: Path, players: int, steps: int) -> Non
             bot.stop()
         await engine.dispose()
         world.close()
-        server.drop(name)
 
 
-def drain(folder: Path, steps: int) -> None:
+def drain(folder: Path) -> None:
     world_redis = World(folder / "drain", workers=0)
+    line = "Character: Qiqi; Motion: crawl; Background: town."
     try:
-        env = worker_env(folder / "drain-worker", world_redis.redis_url, ANIMEGAMER_NUM_STEPS=str(steps))
-        worker = start_worker(env)
+        worker = start_worker(worker_env(folder / "drain-worker", world_redis.redis_url), "tests.faulty_worker")
         alone = time.monotonic()
-        worker.send_turn("Character: Qiqi; Motion: wave; Background: town.", "drain-alone").get(timeout=600)
+        worker.send_turn(line, "drain-alone").get(timeout=600)
         turn_seconds = time.monotonic() - alone
-        result = worker.send_turn("Character: Qiqi; Motion: wave; Background: town.", "drain")
+        result = worker.send_turn(line, "drain")
         time.sleep(turn_seconds / 2)
         stopped = time.monotonic()
         worker.proc.send_signal(signal.SIGTERM)
@@ -127,17 +120,25 @@ def drain(folder: Path, steps: int) -> None:
         world_redis.close()
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--players", type=int, default=50)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--drain-steps", type=int, default=400)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="animegamer-scaling-") as tmp:
         folder = Path(tmp)
-        await replicas_during_a_burst(folder, args.players, args.steps)
-        drain(folder, args.drain_steps)
+        server = Postgres(POSTGRES_URL)
+        if reason := server.unavailable():
+            print(f"replicas: skipped ({reason})")
+        else:
+            name = server.new_database()
+            try:
+                upgrade(server.url_for(name))
+                asyncio.run(replicas_during_a_burst(folder, server.url_for(name), args.players, args.steps))
+            finally:
+                server.drop(name)
+        drain(folder)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make test: the fast tier (make check's tests), then the slow tier, each a pytest run over both cores; then one
-# line per tier (passed, failed, skipped, seconds), so a CI log ends with where the time went. Both tiers run even
+# make test: the fast tier (make check's tests), then the slow tier, each a pytest run in three processes (Makefile);
+# then one line per tier (passed, failed, skipped, seconds), so a CI log ends with where the time went. Both tiers run even
 # when the first fails: one run shows every failure. Exit 1 if either failed.
 #   scripts/test_tiers.sh [pytest args...]      e.g. scripts/test_tiers.sh tests/bot -x
 set -u
