@@ -196,7 +196,11 @@ class Delivery:
             found = await turn_of_job(session, job.id)
         if found is None or job.channel_id is None:
             return
-        _, turn, character = found
+        row, turn, character = found
+        if row.result_message_id is not None:
+            # Posted since ``job`` was read: a tick's reading of the turns to post may predate the commit of this
+            # process's own post, whose task had ended by the time the tick looked for it.
+            return
         state, deltas = turn_outcome(turn)
         label = turn.label or ""  # the worker's word on its model, not the bot's setting
         files = [discord.File(io.BytesIO(await asyncio.to_thread(render_gauges, state, deltas)), GAUGE_FILENAME)]

@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 
 from bot.app import AnimeGamerBot
 from db.engine import make_engine, make_sessionmaker
+from db.jobs import jobs_to_post
 from db.models import Job, JobStatus
 from tests.bot.conftest import running_bot, wait_for_db
 from tests.bot.helpers import accepted
@@ -68,6 +69,24 @@ async def test_a_bot_killed_between_posting_and_recording_does_not_post_twice(do
         again = await wait_for_db(worker_settings, select(Job.result_message_id), lambda r: r[0][0] is not None)
     assert again[0][0] == rows[0][1]  # Discord answered the repeated nonce with the first message
     assert len([m for m in double.messages() if any(a["filename"].endswith(".mp4") for a in m.attachments)]) == 1
+
+
+@pytest.mark.slow
+async def test_a_reading_of_the_turns_to_post_taken_before_this_process_posted_one_does_not_post_it_again(
+    double, worker_settings, sqlite_worker
+):
+    """A tick reads the finished turns not yet posted while this process's own post of one is committing; by the time
+    it looks for that post's task, the task has ended. Seen as a second create-message call under load."""
+    double.fail("POST", CLIP_POSTS, status=0, delay=2.0, times=None)  # a slow Discord: the post is in flight a while
+    async with running_bot(double, worker_settings, sqlite_worker) as bot:
+        await act(double)
+        await wait_for_db(worker_settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.DONE, timeout=90)
+        async with bot.sessions() as session:
+            stale = await jobs_to_post(session)  # its post is on its way, not yet recorded
+        await wait_for_db(worker_settings, select(Job.result_message_id), lambda rows: rows[0][0] is not None)
+        assert len(stale) == 1
+        await bot.delivery.post(stale[0])
+    assert len(clip_posts(double)) == 1
 
 
 @pytest.mark.slow
