@@ -59,6 +59,16 @@ def test_each_alert_fires_on_what_should_page_and_not_on_its_near_misses() -> No
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
 
 
+def test_promtool_accepts_the_monitoring_profiles_prometheus_config(tmp_path: Path) -> None:
+    """As compose mounts it: the config at /etc/prometheus/prometheus.yml beside the rules, here in a folder."""
+    config = (MONITORING / "prometheus.yml").read_text().replace("/etc/prometheus/alerts.yml", "alerts.yml")
+    (tmp_path / "prometheus.yml").write_text(config)
+    (tmp_path / "alerts.yml").write_text((MONITORING / "alerts.yml").read_text())
+    done = subprocess.run([promtool(), "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert b"6 rules found" in done.stdout + done.stderr
+
+
 def test_every_alert_named_in_the_issue_exists_and_names_its_runbook_section() -> None:
     names = {rule["alert"] for rule in ALERTS}
     assert names == {
