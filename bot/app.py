@@ -95,6 +95,8 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.clips = ClipStore.of(settings)
         self.process = process_name()  # this process, as the leases it holds name it
         self.disconnected: dict[int, float] = {}  # shard id -> time.monotonic() when it lost its gateway
+        self.connected_once: set[int] = set()  # shards that reached their gateway since the process started
+        self.started_at = time.monotonic()
         self.limits = limits_from(settings)
         self.blobs = store_for(settings)  # past turns' representations go out, clips come back, through it
         self.presence = WorkerPresence(settings, self.queue)
@@ -172,6 +174,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
 
     async def on_shard_connect(self, shard_id: int) -> None:
         self.disconnected.pop(shard_id, None)
+        self.connected_once.add(shard_id)
 
     on_shard_resumed = on_shard_ready = on_shard_connect
 

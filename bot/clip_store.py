@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import shutil
+import threading
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -26,12 +27,18 @@ from typing import Any
 from relay.settings import Settings
 
 log = logging.getLogger(__name__)
+_COUNTING = threading.Lock()
 
 
 class ClipStore(ABC):
     # Operations the store refused or failed ("put", "get", ...) since the process started, counted where they
     # fail: the bot's metrics export them (animegamer_clip_store_failures_total), and an alert pages on a rise.
     failures: Counter[str]
+
+    def _failed(self, operation: str) -> None:
+        """Counted from the threads the calls run in: one lock, so two failing at once both count."""
+        with _COUNTING:
+            self.failures[operation] += 1
 
     @classmethod
     def of(cls, settings: Settings) -> ClipStore:
@@ -119,7 +126,7 @@ class FolderStore(ClipStore):
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
             if isinstance(exc, OSError):  # a full disk, a folder that refuses us
-                self.failures["put"] += 1
+                self._failed("put")
             raise
 
     def get(self, key: str) -> bytes:
@@ -210,10 +217,10 @@ class S3Store(ClipStore):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise FileNotFoundError(f"no object {key} in {self.where}") from None
-            self.failures[what] += 1
+            self._failed(what)
             raise StoreUnavailable(f"{what} {key} in {self.where} refused: {code or exc}") from None
         except (BotoCoreError, OSError) as exc:
-            self.failures[what] += 1
+            self._failed(what)
             raise StoreUnavailable(f"{what} {key} in {self.where} failed: {type(exc).__name__}") from None
 
     def ready(self) -> None:

@@ -166,8 +166,8 @@ class BotMetrics:
 
     def queue_depth(self, settings: Settings, in_flight: Iterable[JobInfo]) -> None:
         """Set queued/running per queue, and the oldest wait, from the jobs the supervisor just read; a queue
-        emptied reads 0. A story turn still waiting for the one before it (no deadline yet) is not waiting for a
-        worker, and is not counted in the wait."""
+        emptied reads 0. A turn waits from when it was queued, sent or not (with no worker it waits unsent); a
+        story turn only from when it was sent, since until then it waited for the turn before it."""
         counts = {(queue, str(status)): 0 for queue in served_queues(settings) for status in IN_FLIGHT}
         counts.update(dict.fromkeys(self._queues_seen, 0))
         now = utcnow()
@@ -176,8 +176,9 @@ class BotMetrics:
             queue = _queue_of(settings, job.instruction)
             key = (queue, str(job.status))
             counts[key] = counts.get(key, 0) + 1
-            if job.status is JobStatus.QUEUED and job.deadline_at is not None:
-                oldest[queue] = max(oldest.get(queue, 0.0), (now - job.queued_at).total_seconds())
+            since = job.queued_at if job.story_id is None else job.sent_at
+            if job.status is JobStatus.QUEUED and since is not None:
+                oldest[queue] = max(oldest.get(queue, 0.0), (now - since).total_seconds())
         for (queue, status), count in counts.items():
             self.queue_jobs.labels(queue, status).set(count)
         for queue, seconds in oldest.items():
@@ -206,9 +207,10 @@ class LiveState(Collector):
             "Seconds each shard of this process has been without its gateway (0: connected).",
             labels=["shard"],
         )
-        lost, known = dict(bot.disconnected), bot.connected_shards()
+        lost, known, once = dict(bot.disconnected), bot.connected_shards(), set(bot.connected_once)
         for shard in sorted(set(known[1] if known else ()) | set(lost)):
-            since = lost.get(shard)
+            # A shard that never connected (a start during a gateway outage) is down since the process started.
+            since = lost.get(shard, None if shard in once else bot.started_at)
             shards.add_metric([str(shard)], 0.0 if since is None else round(now - since, 1))
         yield shards
         workers = GaugeMetricFamily(

@@ -7,7 +7,6 @@ owner for it. The outbox sizes each queue's window from it; /act refuses a chara
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import Counter
 
@@ -41,8 +40,7 @@ class WorkerPresence:
             return  # keep what was known
         self.queue_answers = True
         self.workers_on = Counter(queue for presence in presences for queue in presence.queues)
-        with contextlib.suppress(QueueUnavailable):
-            self.broker_memory = await self.queue.broker_memory()
+        self.broker_memory = await self.queue.broker_memory()
         if self.served is not None:
             characters = self.settings.characters
             self.served = [name for name in characters if queue_for(self.settings, name) in self.workers_on]

@@ -11,6 +11,7 @@ later, while everything that needs no queue keeps working.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,8 @@ from game.contract import TASK_NAME, TurnRequest
 from game.jobs import Seen
 from relay.celery_app import check_broker
 from relay.control import Holder, JobControl, Presence, control_for
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -162,18 +165,28 @@ class TurnQueue:
         return await self._call(ask)
 
     async def broker_memory(self) -> tuple[int, int] | None:
-        """The Redis broker's memory in use and its ``maxmemory`` (0: no limit), in bytes; None for another broker.
+        """The Redis broker's memory in use and its ``maxmemory`` (0: no limit), in bytes; None for another broker,
+        or when Redis does not say (an ACL that denies INFO, a Redis-compatible server without these fields).
 
         A broker at its limit refuses every send (``noeviction``): the turns wait in the outbox, and the operator
-        is paged before that (the alert on these two)."""
-        if not self.broker_is_redis:
+        is paged before that (the alert on these two). Asked beside the queue's calls, never through ``_call``: a
+        broker that will not say is no reason to cool the queue down."""
+        if not self.broker_is_redis or not self.available:
             return None
 
-        def ask() -> tuple[int, int]:
-            memory = self._broker_redis().info("memory")
-            return int(memory["used_memory"]), int(memory.get("maxmemory", 0))
+        def ask() -> tuple[int, int] | None:
+            try:
+                memory = self._broker_redis().info("memory")
+                return int(memory["used_memory"]), int(memory.get("maxmemory", 0))
+            except Exception as exc:  # redis's errors, a missing field
+                log.debug("broker memory not read: %r", exc)
+                return None
 
-        return await self._call(ask)
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._pool, ask), timeout=self.timeout * 3)
+        except TimeoutError:
+            return None
 
     async def workers(self) -> list[Presence]:
         return await self._call(lambda: self.control.workers())

@@ -240,10 +240,13 @@ async def update_progress(
 
 
 async def in_attempt(session: AsyncSession, job_id: int, attempt: int) -> bool:
-    """Whether the job is still in flight in the attempt a process read: what it shows of that reading (a progress
-    edit) is shown only then."""
+    """Whether the job is still in flight in the send a process read: what it shows of that reading (a progress
+    edit) is shown only then. A hand-back ends the send at once (``sent_at`` cleared), before the next send counts
+    an attempt."""
     found = await session.scalar(
-        select(Job.id).where(Job.id == job_id, Job.attempts == attempt, Job.status.in_(IN_FLIGHT))
+        select(Job.id).where(
+            Job.id == job_id, Job.attempts == attempt, Job.status.in_(IN_FLIGHT), Job.sent_at.is_not(None)
+        )
     )
     return found is not None
 

@@ -62,6 +62,7 @@ class S3Server:
         self.access_key, self.secret_key = "animegamer-test", "s3cret/With+Reserved=chars"
         self.ports = distinct_ports(PORTS)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.served = False
         folder.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -82,12 +83,14 @@ class S3Server:
     def start(self) -> None:
         """A port chosen free may be taken by another process before weed binds it (an outgoing connection's
         ephemeral port, the other xdist process's server): weed then exits at once naming it, and is started again
-        on fresh ports. The S3 port alone is kept, since clients already hold the endpoint."""
+        on fresh ports; once it has served, the S3 port is kept, since clients then hold the endpoint."""
         tiers.starting("an S3 server")
         for _ in range(5):
             if self._serve():
+                self.served = True
                 return
-            self.ports = distinct_ports(PORTS, keep={"s3.port": self.ports["s3.port"]})
+            known = {"s3.port": self.ports["s3.port"]} if self.served else None  # the endpoint clients were given
+            self.ports = distinct_ports(PORTS, keep=known)
         raise AssertionError(f"weed mini did not serve S3: {self.log_tail()}")
 
     def _serve(self) -> bool:

@@ -14,11 +14,14 @@ import redis
 from sqlalchemy import select
 
 from bot.app import AnimeGamerBot
+from bot.queue import TurnQueue
 from db.models import Job, JobStatus
+from relay.celery_app import make_celery
 from relay.settings import Settings
-from tests.bot.conftest import running_bot, settings_beside, wait_for_db
+from tests.bot.conftest import idle_settings, running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, idle_queue, running_bot_on, shown
 from tests.discord_double import DiscordDouble, member
+from tests.redis_server import RedisServer
 from tests.scrape import free_port, scrape, value
 from tests.workers import Worker
 
@@ -194,3 +197,23 @@ async def test_a_redis_brokers_memory_and_its_limit_are_exported(double, redis_w
         limit = sample(bot, "animegamer_broker_memory_max_bytes")
     info = redis.Redis.from_url(settings.broker_url).info("memory")
     assert used is not None and used > 0 and limit == info["maxmemory"]
+
+
+async def test_a_broker_that_will_not_tell_its_memory_is_left_out_and_the_queue_keeps_answering(tmp_path):
+    """A Redis user whose ACL denies INFO (it is in @dangerous): the memory is simply not exported, and the queue is
+    not cooled down for it (it would fail the next tick's look and send)."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        admin = redis.Redis.from_url(server.url())
+        admin.execute_command("ACL", "SETUSER", "default", "on", "nopass", "~*", "&*", "+@all", "-info")
+        settings = idle_settings(tmp_path, broker_url=server.url(0), result_backend=server.url(1))
+        queue = TurnQueue(make_celery(settings), timeout=2.0)
+        try:
+            assert await queue.broker_memory() is None
+            assert queue.available
+            await queue.ping()  # still answers
+        finally:
+            queue.close()
+    finally:
+        server.stop()

@@ -190,6 +190,19 @@ async def test_progress_read_from_an_attempt_sent_again_since_is_neither_written
         assert (await s.get_one(Job, job_id)).step == 3
 
 
+async def test_progress_read_before_a_hand_back_is_not_shown_even_before_the_turn_is_sent_again(
+    sessions: Sessions,
+) -> None:
+    job_id = await _queue(sessions, await _character(sessions, 17))
+    async with sessions() as s, s.begin():
+        await j.mark_sent(s, job_id, utcnow() + SOON)
+        read = (await s.get_one(Job, job_id)).attempts
+        await j.mark_started(s, job_id, utcnow() + SOON, read)
+        assert await j.in_attempt(s, job_id, read)
+        assert await j.hand_back(s, job_id, utcnow() + SOON, "gone", read)
+        assert not await j.in_attempt(s, job_id, read)  # another process told the player a worker stopped
+
+
 async def test_a_story_turn_is_sent_only_after_the_turn_before_it_ends(sessions: Sessions, make_result) -> None:
     async with sessions() as s, s.begin():
         story = (await q.create_story(s, GUILD, 77, "Night flight", 1)).id
