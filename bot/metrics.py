@@ -41,9 +41,8 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from db.base import utcnow
-from game.instruction import InstructionError, parse
 from game.jobs import IN_FLIGHT, JobStatus
-from relay.celery_app import RELEASE_MODEL, queue_for, served_queues
+from relay.celery_app import queue_of_stored, served_queues
 from relay.probes import Ready, with_health
 
 if TYPE_CHECKING:
@@ -173,7 +172,7 @@ class BotMetrics:
         now = utcnow()
         oldest = {queue: 0.0 for queue, _ in counts}
         for job in in_flight:
-            queue = _queue_of(settings, job.instruction)
+            queue = queue_of_stored(settings, job.instruction)
             key = (queue, str(job.status))
             counts[key] = counts.get(key, 0) + 1
             since = job.queued_at if job.story_id is None else job.sent_at
@@ -253,13 +252,3 @@ def command_label(interaction: discord.Interaction) -> str:
     if custom_id.startswith("ag:"):  # ours: job ids become '#', so one button is one series
         return re.sub(r"\d+", "#", custom_id)[:100]
     return "modal" if interaction.type is discord.InteractionType.modal_submit else "component"
-
-
-def _queue_of(settings: Settings, instruction: str) -> str:
-    """The queue a job was sent to: one per character for the published model, else the one queue."""
-    if settings.model != RELEASE_MODEL:
-        return settings.queue
-    try:
-        return queue_for(settings, parse(instruction).character)
-    except InstructionError:  # stored before a grammar change: it still waits somewhere
-        return settings.queue

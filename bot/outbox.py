@@ -37,7 +37,7 @@ from game.instruction import parse, unreadable
 from game.jobs import JobStatus, Limits
 from game.schedule import Waiting, fair_order, fifo_order, window_for
 from relay.blob_store import BlobStore
-from relay.celery_app import RELEASE_MODEL, queue_for
+from relay.celery_app import queue_for, queue_of_stored
 from relay.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -69,9 +69,7 @@ class Outbox:
 
     def queue_of(self, job: JobInfo) -> str:
         """The queue a job goes to; the default one for a job this version cannot read (the supervisor fails it)."""
-        if self.settings.model != RELEASE_MODEL or unreadable(job.instruction) is not None:
-            return queue_for(self.settings, "")
-        return queue_for(self.settings, parse(job.instruction).character)
+        return queue_of_stored(self.settings, job.instruction)
 
     def room(self, queue: str) -> int:
         """How many more turns this queue may take at the broker now."""

@@ -20,6 +20,7 @@ from kombu.transport import TRANSPORT_ALIASES
 from kombu.utils.url import maybe_sanitize_url
 
 from game.contract import RESULT_KEEP_SECONDS, TASK_NAME
+from game.instruction import parse, unreadable
 from relay.settings import Settings
 
 RELEASE_MODEL = "animegamer"  # worker.pipeline.config.RELEASE, without importing the model code
@@ -73,6 +74,15 @@ def queue_for(settings: Settings, character: str) -> str:
     if settings.model == RELEASE_MODEL:
         return f"{settings.queue}.{character.casefold()}"
     return settings.queue
+
+
+def queue_of_stored(settings: Settings, instruction: str) -> str:
+    """The queue a stored turn goes to. Never raises, whatever the row holds: an instruction this version cannot
+    read (stored before a grammar change, or one a parser bug trips on) goes with the default queue, and the
+    supervisor fails that turn alone (``game.instruction.unreadable``)."""
+    if settings.model != RELEASE_MODEL or unreadable(instruction) is not None:
+        return settings.queue
+    return queue_for(settings, parse(instruction).character)
 
 
 def served_queues(settings: Settings) -> list[str]:

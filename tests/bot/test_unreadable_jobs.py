@@ -9,6 +9,7 @@ every duty, the expiry that would have cleared it included.
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 from hypothesis import given
@@ -62,3 +63,36 @@ def test_any_stored_text_is_either_played_or_given_a_reason_never_an_exception(s
         assert parse(stored).character
     else:
         assert isinstance(why, str) and why
+
+
+async def test_a_row_whose_parsing_raises_a_type_error_fails_alone_and_the_others_go_on(
+    double, bot_settings, monkeypatch
+):
+    """A parser bug that one stored text trips (a ``TypeError``, not an ``InstructionError``) is that row's alone:
+    every duty of the tick that reads the row (the outbox, the queue gauges, the supervisor) goes on for the rest."""
+    import game.instruction
+
+    tripping = "Character: Qiqi; Motion: trips the parser; Background: town."
+    real_parse = game.instruction.parse
+
+    def buggy_parse(text: str) -> game.instruction.Instruction:
+        if text == tripping:
+            raise TypeError("'NoneType' object is not subscriptable")
+        return real_parse(text)
+
+    for module in list(sys.modules.values()):  # wherever the parser was imported by name
+        if getattr(module, "parse", None) is real_parse:
+            monkeypatch.setattr(module, "parse", buggy_parse)
+    settings = bot_settings.model_copy(update={"model": RELEASE_MODEL})
+    channel = double.guild.channel.id
+    async with running_bot(double, settings):
+        bad = await seed_turn(settings, double.guild.id, channel, double.player.id, line=tripping)
+        good = await seed_turn(settings, double.guild.id, channel, BOB.id)
+        rows = await wait_for_db(
+            settings,
+            select(Job.id, Job.status, Job.sent_at, Job.error).order_by(Job.id),
+            lambda rows: rows[0][1] == JobStatus.FAILED and rows[1][2] is not None,
+        )
+    assert [row[0] for row in rows] == [bad, good]
+    assert rows[1][1] is JobStatus.QUEUED  # sent to its queue, waiting for a worker
+    assert "TypeError while reading it" in rows[0][3]
