@@ -31,7 +31,7 @@ demo: $(STAMP)
 # leases running out), so a third process overlaps those waits: on this 2-core machine the fast tier took 136 s with
 # three against 166 s with two, the slow tier 638 s against 707 s (and it had 9 more tests). TEST_PROCESSES=2 on a
 # machine with less memory.
-XDIST = -n $(TEST_PROCESSES) --dist loadfile
+XDIST = -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 TORCH_THREADS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 # The fast tier, for the inner loop: no worker, Redis, PostgreSQL or Chromium of its own (tests/tiers.py).

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+import aiohttp
 import discord
 import yarl
 from celery import Celery
@@ -26,9 +27,10 @@ from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.health import readiness
 from bot.leases import LeaseHold, PostingShards, process_name
+from bot.liveness import Liveness, RestWatch
 from bot.metrics import BotMetrics
 from bot.notices import Notices
-from bot.outbox import OUTBOX_LEASE_SECONDS, Outbox
+from bot.outbox import Outbox
 from bot.presence import WorkerPresence
 from bot.queue import TurnQueue
 from bot.retention import Retention
@@ -48,8 +50,6 @@ log = logging.getLogger(__name__)
 
 EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin", "bot.cogs.community")
 RESTARTING = "The bot is restarting; try again in a minute."
-# A killed process's finished turns wait at most this long (and a third of it) for another process to post them.
-POST_LEASE_SECONDS = 10.0
 
 
 def point_at(api_base: str, gateway_url: str) -> None:
@@ -58,6 +58,18 @@ def point_at(api_base: str, gateway_url: str) -> None:
         discord.http.Route.BASE = api_base.rstrip("/")
     if gateway_url:
         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+
+def bound_discord_calls(http: discord.http.HTTPClient, seconds: float) -> None:
+    """Give every request of discord.py's session (REST, interaction callbacks, webhooks) a time limit of ``seconds``
+    instead of aiohttp's 300 s, so that a duty's round waiting on Discord ends within its hold and the call's failure
+    is retried by the duty's next holder. discord.py takes no timeout, so it is set on the session it made at login;
+    the gateway's websocket keeps its own (aiohttp drops the read limit of an upgraded connection)."""
+    session = getattr(http, "_HTTPClient__session", None)
+    if isinstance(session, aiohttp.ClientSession):
+        session._timeout = aiohttp.ClientTimeout(total=seconds, sock_connect=seconds)
+    else:
+        log.warning("discord.py's session was not found; Discord calls keep aiohttp's 300 s limit")
 
 
 class Tree(app_commands.CommandTree["AnimeGamerBot"]):
@@ -77,6 +89,9 @@ class AnimeGamerBot(commands.AutoShardedBot):
 
     def __init__(self, settings: Settings, celery_app: Celery | None = None) -> None:
         self.metrics = BotMetrics()
+        self.rest_watch = RestWatch(quiet=settings.duty_seconds)
+        http_trace = self.metrics.http_trace()  # times each interaction's first answer
+        self.rest_watch.hook(http_trace)  # and how long Discord's REST has left this process unanswered
         super().__init__(
             command_prefix=commands.when_mentioned,
             intents=discord.Intents.default(),
@@ -84,7 +99,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
             shard_ids=settings.shard_ids,  # None: every shard
             # Nothing the bot echoes pings anyone unless a message asks for it explicitly.
             allowed_mentions=discord.AllowedMentions.none(),
-            http_trace=self.metrics.http_trace(),  # times each interaction's first answer
+            http_trace=http_trace,
             tree_cls=Tree,
         )
         self.stopping = False  # set on SIGTERM (animegamer.cli.bot): new commands are told to come back
@@ -109,9 +124,11 @@ class AnimeGamerBot(commands.AutoShardedBot):
             self.blobs,
             self.presence,
             self.limits,
-            LeaseHold(self.open_session, "outbox", self.process, OUTBOX_LEASE_SECONDS),
+            LeaseHold(self.open_session, "outbox", self.process, settings.duty_seconds, self.working),
         )
-        self.posting = PostingShards(self.open_session, self.process, POST_LEASE_SECONDS, self.connected_shards)
+        self.posting = PostingShards(
+            self.open_session, self.process, settings.duty_seconds, self.connected_shards, self.working
+        )
         self.delivery = Delivery(
             settings, self.open_session, self.clips, self.metrics, self.notices, self.posting, self
         )
@@ -136,17 +153,37 @@ class AnimeGamerBot(commands.AutoShardedBot):
             asyncio.Lock() if sqlite else contextlib.nullcontext()
         )
         self.rounds = Rounds(settings, self.open_session, self.outbox, self.submitting, self)
+        self.liveness = Liveness(
+            lambda: self.loop_watch.beat_at,
+            {"supervisor": self.supervisor, "vote rounds": self.rounds},
+            self.rest_watch,
+        )
         point_at(settings.discord_api_base, settings.discord_gateway_url)
+
+    def working(self, deadline: float) -> str | None:
+        """None while this process works; else why not (stuck for ``deadline``): its duties' holds ask it."""
+        return self.liveness.working(deadline)
 
     def open_session(self) -> AsyncSession:
         """A session of the game database, for the duties made before ``setup_hook`` makes the sessionmaker."""
         return self.sessions()
 
     async def setup_hook(self) -> None:
-        self.metrics.serve(self.settings.metrics_port, self.settings.metrics_address, lambda: readiness(self))
+        bound_discord_calls(self.http, self.settings.discord_timeout)
+        self.metrics.serve(
+            self.settings.metrics_port,
+            self.settings.metrics_address,
+            lambda: readiness(self),
+            lambda: self.liveness.report(self.settings.liveness_seconds),
+        )
         self.loop_watch.start()
+        self.liveness.start(blocked_after=self.settings.liveness_seconds / 2)
         await ready_schema(self.settings.database_url, self.settings.migrate_at_start)
-        self.engine = make_engine(self.settings.database_url, busy_timeout=self.settings.db_busy_timeout)
+        self.engine = make_engine(
+            self.settings.database_url,
+            busy_timeout=self.settings.db_busy_timeout,
+            call_timeout=self.settings.duty_seconds / 2,  # no round of a duty waits on it longer than half its hold
+        )
         self.sessions = make_sessionmaker(self.engine)
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
@@ -202,6 +239,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         await self.supervisor.stop()
         await self.delivery.stop()
         await self.loop_watch.stop()
+        self.liveness.stop()
         await super().close()
         self.queue.close()
         if hasattr(self, "engine"):

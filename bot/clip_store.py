@@ -169,7 +169,8 @@ class S3Store(ClipStore):
 
     Through boto3: AWS's own client, kept in step with the S3 API, whose ``put_object`` lands an object whole or not
     at all and whose transfer manager streams a large file in parts, so a recap never sits in memory. Every call has
-    time limits (5 s to connect, 30 s to read) and boto3's standard retries; what still fails is a
+    time limits (a quarter of the bot's duty hold to connect, and as long between two reads: 2.5 s by default) and
+    one retry, so a store that holds a call ends it within half the hold of the duty that made it; what still fails is a
     StoreUnavailable, which the callers treat as a store that is down, and an object that is not there is a
     FileNotFoundError, as from the folder.
     """
@@ -186,10 +187,11 @@ class S3Store(ClipStore):
         bucket, _, prefix = settings.clip_store.removeprefix("s3://").partition("/")
         if not bucket:
             raise ValueError(f"ANIMEGAMER_CLIP_STORE={settings.clip_store!r} names no bucket: s3://bucket/prefix")
+        limit = settings.duty_seconds / 4
         config = Config(
-            connect_timeout=5,
-            read_timeout=30,
-            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=limit,
+            read_timeout=limit,
+            retries={"max_attempts": 2, "mode": "standard"},
             s3={"addressing_style": "path"},  # what self-hosted stores answer; AWS takes it too
         )
         secret = settings.aws_secret_access_key

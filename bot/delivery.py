@@ -230,6 +230,9 @@ class Delivery:
             reference = discord.MessageReference(
                 message_id=job.progress_message_id, channel_id=job.channel_id, fail_if_not_exists=False
             )
+        if not self.posting.posts(job.guild_id):  # asked at the last moment: a post may wait long for its slot
+            log.info("job %s: its shard's posts are no longer this process's; its poster posts it", job.id)
+            return
         message = await channel.send(
             content=f"<@{job.user_id}>{note}",
             embed=embed,

@@ -40,6 +40,15 @@ def _elapsed() -> float:
     return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 
 
+Working = Callable[[float], "str | None"]  # None while this process works (bot/liveness.py); else why it does not
+
+
+def renew_deadline(length: timedelta) -> float:
+    """Seconds a duty's loop may go without finishing a round before its hold is given up: two thirds of the hold,
+    as client-go's leader election renews a 15 s lease within 10 s or gives it up."""
+    return length.total_seconds() * 2 / 3
+
+
 async def _renewing(renew: Callable[[], Awaitable[object]], length: timedelta, what: str) -> None:
     """Take or renew every third of the lease's length, until cancelled; a renewal the database refuses is logged,
     and the holder's own clock says when it may no longer act."""
@@ -51,18 +60,48 @@ async def _renewing(renew: Callable[[], Awaitable[object]], length: timedelta, w
         await asyncio.sleep(length.total_seconds() / 3)
 
 
+class Stuck:
+    """Asks ``working`` before each renewal: a process stuck for the renew deadline gives its hold up (once, logged)
+    instead of renewing it, and takes none until it works again."""
+
+    def __init__(self, working: Working, length: timedelta, what: str) -> None:
+        self.working, self.deadline, self.what = working, renew_deadline(length), what
+        self._said = False
+
+    def seen(self) -> bool:
+        """Whether this process is stuck now, said by no log line (asked before each post)."""
+        return self.working(self.deadline) is not None
+
+    def now(self) -> bool:
+        why = self.working(self.deadline)
+        if why is not None and not self._said:
+            log.warning("%s given up: this process is stuck (%s)", self.what, why)
+        self._said = why is not None
+        return why is not None
+
+
+def _always_working(_deadline: float) -> str | None:
+    return None
+
+
 class LeaseHold(Background):
     """``start()`` renews it on its own schedule until ``stop()`` (its task is named after the lease)."""
 
-    def __init__(self, sessions: Sessions, name: str, holder: str, seconds: float) -> None:
+    def __init__(
+        self, sessions: Sessions, name: str, holder: str, seconds: float, working: Working = _always_working
+    ) -> None:
         self.sessions = sessions
         self.name = name
         self.holder = holder
         self.length = timedelta(seconds=seconds)
+        self.stuck = Stuck(working, self.length, f"{name} lease")
         self._sure_until: float | None = None  # on _elapsed(): until when this process surely holds the lease
 
     async def renew(self) -> bool:
-        """Take the lease, or renew it: True if this process holds it now."""
+        """Take the lease, or renew it: True if this process holds it now. A stuck process gives it up instead."""
+        if self.stuck.now():
+            await self.give_up()
+            return False
         asked = _elapsed()  # counted from before the write: the database's expiry is no earlier than this
         try:
             async with self.sessions() as session, session.begin():
@@ -118,15 +157,21 @@ class PostingShards(Background):
         holder: str,
         seconds: float,
         shards: Callable[[], tuple[int, list[int]] | None],
+        working: Working = _always_working,
     ) -> None:
         self.sessions, self.holder, self.shards = sessions, holder, shards
         self.length = timedelta(seconds=seconds)
+        self.stuck = Stuck(working, self.length, "posting leases")
         self._count = 0
         self._sure_until: dict[int, float] = {}  # shard -> on _elapsed(), until when this process surely posts it
 
     async def renew(self) -> None:
         known = self.shards()
         if known is None:
+            return
+        if self.stuck.now():
+            if self._sure_until:
+                await self.give_up()
             return
         count, connected = known
         others = [shard for shard in range(count) if shard not in connected]
@@ -143,8 +188,10 @@ class PostingShards(Background):
         self._sure_until = dict.fromkeys(held, asked + self.length.total_seconds())
 
     def posts(self, guild_id: int | None) -> bool:
-        """Whether this process posts this guild's turns now, for certain."""
-        if not self._count:
+        """Whether this process posts this guild's turns now, for certain: its hold on the guild's shard is live and
+        this process is not stuck (asked right before each create-message, so a post that waited for its slot while
+        the hold moved, or while Discord stopped answering this process, is left to the poster of the moment)."""
+        if not self._count or self.stuck.seen():
             return False
         return _elapsed() < self._sure_until.get(shard_of(guild_id, self._count), -math.inf)
 

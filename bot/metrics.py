@@ -115,9 +115,9 @@ class BotMetrics:
 
     # -- the endpoint ------------------------------------------------------------------------------
 
-    def serve(self, port: int, address: str, ready: Ready | None = None) -> None:
-        """Serve /metrics on ``port`` (0: not at all), and /healthz and /readyz beside it when ``ready`` is given
-        (bot/health.py). A port taken is logged, not fatal: play goes on."""
+    def serve(self, port: int, address: str, ready: Ready | None = None, live: Ready | None = None) -> None:
+        """Serve /metrics on ``port`` (0: not at all), and /healthz, /readyz and /livez beside it when ``ready`` is
+        given (bot/health.py, bot/liveness.py). A port taken is logged, not fatal: play goes on."""
         if not port:
             return
         try:
@@ -126,8 +126,8 @@ class BotMetrics:
             log.error("metrics endpoint not started on %s:%s (%s)", address, port, exc)
             return
         if ready is not None:
-            self._server.set_app(with_health(self._server.get_app(), ready))
-        log.info("metrics served on %s:%s/metrics (and /healthz, /readyz)", address, port)
+            self._server.set_app(with_health(self._server.get_app(), ready, live))
+        log.info("metrics served on %s:%s/metrics (and /healthz, /readyz, /livez)", address, port)
 
     def close(self) -> None:
         if self._server is not None:

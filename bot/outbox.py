@@ -43,8 +43,6 @@ from relay.settings import Settings
 log = logging.getLogger(__name__)
 
 OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
-# A process killed while it holds the outbox stalls sending for at most this long before another takes it over.
-OUTBOX_LEASE_SECONDS = 10.0
 
 
 class Outbox:

@@ -67,11 +67,14 @@ class Rounds(Background):
 
     async def _run(self) -> None:
         while True:
+            self.began()
             try:
                 await self.run_once()
                 self.ticked()
             except Exception:
                 log.exception("vote rounds: tick failed; trying again")
+            finally:
+                self.ended()
             await asyncio.sleep(TICK_SECONDS)
 
     async def run_once(self) -> None:

@@ -122,6 +122,7 @@ class Supervisor(Background):
         poll = self.settings.delivery_poll_seconds
         delay = poll
         while True:
+            self.began()
             try:
                 await self.tick()
                 self.ticked()
@@ -129,6 +130,8 @@ class Supervisor(Background):
             except Exception:
                 delay = min(delay * 2, MAX_BACKOFF_SECONDS)
                 log.exception("supervisor tick failed; retrying in %.0fs", delay)
+            finally:
+                self.ended()
             await asyncio.sleep(delay)
 
     def start(self) -> None:
@@ -228,7 +231,7 @@ class Supervisor(Background):
             reason = "its result was lost" if lost_result else "its worker stopped reporting"
             async with self.sessions() as session, session.begin():
                 deadline = deadline_after(event, now, self.limits)
-                moved = await hand_back(session, job.id, deadline, reason, job.attempts)
+                moved = await hand_back(session, job.id, deadline, reason, job)
             if moved:
                 log.warning("job %s handed back (%s); sending it again", job.id, reason)
                 await self.notices.edit_progress(job, f"🎬 {job.instruction}\nA worker stopped; trying again…")
@@ -238,15 +241,15 @@ class Supervisor(Background):
             return
         async with self.sessions() as session, session.begin():
             if event is Event.STARTED:
-                if await mark_started(session, job.id, deadline_after(event, now, self.limits), job.attempts):
+                if await mark_started(session, job.id, deadline_after(event, now, self.limits), job):
                     log.info("job %s started", job.id)
             elif event is Event.BEAT:
-                await beat(session, job.id, deadline_after(event, now, self.limits), job.attempts)
+                await beat(session, job.id, deadline_after(event, now, self.limits), job)
             elif event is Event.REQUEUED:
-                if await requeue(session, job.id, job.attempts):
+                if await requeue(session, job.id, job):
                     log.warning("job %s: the broker restarted and lost its message; sending it again", job.id)
             elif event is Event.EXPIRED:
-                expired = await expire_job(session, job.id, job.attempts)
+                expired = await expire_job(session, job.id, job)
         if event is Event.EXPIRED and expired:
             self.metrics.turn_ended("expired")
             waited = max(1, round((now - job.queued_at).total_seconds() / 60))
@@ -328,7 +331,7 @@ class Supervisor(Background):
         row, since every admin of the server reads the audit log."""
         eid = error_id(job.id)
         async with self.sessions() as session, session.begin():
-            failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000], job.attempts)
+            failed = await fail_job(session, job.id, f"[{eid}] {details}"[:2000], job)
             if failed and job.guild_id is not None:
                 summary = details.split(": ", 1)[0].split(" (", 1)[0]
                 await moderation.audit(session, job.guild_id, 0, "turn failed", f"job {job.id}", f"{eid}: {summary}")
@@ -344,7 +347,7 @@ class Supervisor(Background):
         reading never shows an old attempt's step over a turn handed back and started again since."""
         if progress.stage is Stage.DENOISE and progress.total > 0 and job.status is JobStatus.RUNNING:
             async with self.sessions() as session, session.begin():
-                await update_progress(session, job.id, progress.step, progress.total, job.attempts)
+                await update_progress(session, job.id, progress.step, progress.total, job)
 
         async def current() -> bool:
             async with self.sessions() as session:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from bot.background import Background
 
@@ -24,17 +25,17 @@ class LoopWatch(Background):
     def __init__(self, interval: float = 0.05) -> None:
         self.interval = interval
         self.longest = 0.0  # seconds: the longest stall seen since start (or the last reset)
+        self.beat_at: float | None = None  # time.monotonic() when the loop last ran this timer
 
     def reset(self) -> float:
         longest, self.longest = self.longest, 0.0
         return longest
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            before = loop.time()
+            before = self.beat_at = time.monotonic()  # read by the liveness watchdog's thread (bot/liveness.py)
             await asyncio.sleep(self.interval)
-            late = loop.time() - before - self.interval
+            late = time.monotonic() - before - self.interval
             if late > self.longest:
                 self.longest = late
             if late > WARN_SECONDS:

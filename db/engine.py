@@ -115,14 +115,29 @@ def _install_sqlite_hooks(engine: AsyncEngine, path: Path | None, foreign_keys: 
 
 
 def make_engine(
-    url: str | URL = DEFAULT_URL, *, foreign_keys: bool = True, busy_timeout: float = 5.0, **kwargs: Any
+    url: str | URL = DEFAULT_URL,
+    *,
+    foreign_keys: bool = True,
+    busy_timeout: float = 5.0,
+    call_timeout: float | None = None,
+    **kwargs: Any,
 ) -> AsyncEngine:
     """An AsyncEngine for ``url``; for SQLite with WAL and (unless told not to) foreign keys on.
 
     ``foreign_keys=False`` exists for migrations: SQLite batch mode drops and recreates tables,
     and with foreign keys on, dropping a parent table would cascade-delete its children's rows.
+    ``call_timeout`` bounds every PostgreSQL call (connecting, a statement, waiting for a pooled connection), so
+    that a duty's round never waits on the database longer than its hold lasts: the bot passes half its duty hold.
     Extra keyword arguments go to :func:`create_async_engine` (e.g. ``poolclass=NullPool``).
     """
+    if call_timeout is not None and make_url(url).get_backend_name() == "postgresql":
+        kwargs.setdefault("pool_timeout", call_timeout)
+        kwargs["connect_args"] = {
+            "timeout": call_timeout,  # asyncpg: to connect
+            "command_timeout": call_timeout,  # asyncpg: each statement, seen from here (a network that holds bytes)
+            "server_settings": {"statement_timeout": str(int(call_timeout * 1000))},  # and by the server
+            **kwargs.get("connect_args", {}),
+        }
     engine = create_async_engine(url, **kwargs)
     if engine.dialect.name == "sqlite":
         _install_sqlite_hooks(engine, sqlite_path(url), foreign_keys, busy_timeout)

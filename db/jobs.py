@@ -159,13 +159,19 @@ def _one_in_flight_refused(exc: IntegrityError) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def fenced(attempt: int | None) -> tuple[ColumnElement[bool], ...]:
-    """The guard of a move decided from a reading of the job: it still is in the attempt (the send) that was read.
+def fenced(read: JobInfo | None) -> tuple[ColumnElement[bool], ...]:
+    """The guard of a move decided from a reading of the job: it is still as it was read, in the same state, the same
+    send (its time) and the same attempt.
 
-    A process that paused after reading (a GC pause, a frozen VM, a tick stuck on Discord) may wake after another
-    has handed the turn back and sent it again; its move then matches no row, since every send counts an attempt.
+    A process that paused after reading (a GC pause, a frozen VM, a tick stuck on Discord) may wake after another has
+    moved the job: started it, handed it back (the same attempt, unsent) or sent it again (the next attempt). Its move
+    then matches no row: a turn read as queued and sent is never expired once it was handed back, whatever its
+    attempt says.
     """
-    return () if attempt is None else (Job.attempts == attempt,)
+    if read is None:
+        return ()
+    sent = Job.sent_at.is_(None) if read.sent_at is None else Job.sent_at == read.sent_at
+    return (Job.attempts == read.attempts, Job.status == read.status, sent)
 
 
 async def _move(session: AsyncSession, job_id: int, event: Event, *guards: ColumnElement[bool], **values: Any) -> bool:
@@ -204,26 +210,26 @@ async def arm_deadline(session: AsyncSession, job_id: int, deadline: datetime) -
     return _changed(result)
 
 
-async def mark_started(session: AsyncSession, job_id: int, deadline: datetime, attempt: int | None = None) -> bool:
+async def mark_started(session: AsyncSession, job_id: int, deadline: datetime, read: JobInfo | None = None) -> bool:
     """queued -> running: a worker claimed it."""
     return await _move(
         session,
         job_id,
         Event.STARTED,
         Job.sent_at.is_not(None),
-        *fenced(attempt),
+        *fenced(read),
         started_at=func.coalesce(Job.started_at, utcnow()),
         deadline_at=deadline,
     )
 
 
-async def beat(session: AsyncSession, job_id: int, deadline: datetime, attempt: int | None = None) -> bool:
+async def beat(session: AsyncSession, job_id: int, deadline: datetime, read: JobInfo | None = None) -> bool:
     """Its worker was seen: the running job's deadline moves on."""
-    return await _move(session, job_id, Event.BEAT, *fenced(attempt), deadline_at=deadline)
+    return await _move(session, job_id, Event.BEAT, *fenced(read), deadline_at=deadline)
 
 
 async def update_progress(
-    session: AsyncSession, job_id: int, step: int, total: int, attempt: int | None = None
+    session: AsyncSession, job_id: int, step: int, total: int, read: JobInfo | None = None
 ) -> bool:
     """Record step/total of a running job, for /queue; not a move, yet fenced like one: a reading from before a
     pause never writes an old attempt's step over the new attempt's."""
@@ -232,7 +238,7 @@ async def update_progress(
     step = min(step, total)
     result = await session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status == JobStatus.RUNNING, *fenced(attempt))
+        .where(Job.id == job_id, Job.status == JobStatus.RUNNING, *fenced(read))
         .values(step=step, total=total, progress=step / total)
         .returning(Job.id)
     )
@@ -252,14 +258,14 @@ async def in_attempt(session: AsyncSession, job_id: int, attempt: int) -> bool:
 
 
 async def hand_back(
-    session: AsyncSession, job_id: int, deadline: datetime, reason: str, attempt: int | None = None
+    session: AsyncSession, job_id: int, deadline: datetime, reason: str, read: JobInfo | None = None
 ) -> bool:
     """running -> queued and not sent: its worker vanished, so the outbox sends it again."""
     return await _move(
         session,
         job_id,
         Event.HANDED_BACK,
-        *fenced(attempt),
+        *fenced(read),
         sent_at=None,
         deadline_at=deadline,
         error=reason,
@@ -268,15 +274,15 @@ async def hand_back(
     )
 
 
-async def requeue(session: AsyncSession, job_id: int, attempt: int | None = None) -> bool:
+async def requeue(session: AsyncSession, job_id: int, read: JobInfo | None = None) -> bool:
     """queued and sent -> queued and not sent: the broker lost its message, so the outbox sends it again."""
-    return await _move(session, job_id, Event.REQUEUED, Job.sent_at.is_not(None), *fenced(attempt), sent_at=None)
+    return await _move(session, job_id, Event.REQUEUED, Job.sent_at.is_not(None), *fenced(read), sent_at=None)
 
 
-async def fail_job(session: AsyncSession, job_id: int, error: str, attempt: int | None = None) -> bool:
+async def fail_job(session: AsyncSession, job_id: int, error: str, read: JobInfo | None = None) -> bool:
     """A job in flight -> failed, keeping the error's details (for the log and /admin audit)."""
     return await _move(
-        session, job_id, Event.FAILED, *fenced(attempt), error=error, finished_at=utcnow(), deadline_at=None
+        session, job_id, Event.FAILED, *fenced(read), error=error, finished_at=utcnow(), deadline_at=None
     )
 
 
@@ -291,13 +297,13 @@ async def cancel_job(session: AsyncSession, job_id: int) -> bool:
     return await _move(session, job_id, Event.CANCELLED, finished_at=now, deadline_at=None, cancel_marked_at=told)
 
 
-async def expire_job(session: AsyncSession, job_id: int, attempt: int | None = None) -> bool:
+async def expire_job(session: AsyncSession, job_id: int, read: JobInfo | None = None) -> bool:
     """A queued job nobody picked up in time -> expired."""
     return await _move(
         session,
         job_id,
         Event.EXPIRED,
-        *fenced(attempt),
+        *fenced(read),
         error="no worker picked it up in time",
         finished_at=utcnow(),
         deadline_at=None,

@@ -14,6 +14,8 @@ from urllib.parse import quote, unquote, urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+DUTY_SECONDS = 10.0  # the default of ANIMEGAMER_DUTY_SECONDS
+
 
 class Settings(BaseSettings):
     # An empty value is an unset one: a copied .env.example (SHARD_COUNT=, DEV_GUILD=) means the defaults.
@@ -62,6 +64,16 @@ class Settings(BaseSettings):
     task_time_limit: int = Field(default=1800, ge=10)  # seconds one turn may take on a worker
     visibility_timeout: int = Field(default=0, ge=0)  # 0: task_time_limit + 60; redelivery after a lost worker
     broker_timeout: float = Field(default=3.0, gt=0)  # seconds to wait for a broker before saying so
+    # A bot process's hold on a duty it does for the fleet (the outbox, a shard's posts) lasts this long: renewed every
+    # third of it while the duty's loop finishes its rounds and Discord answers, given up once either has been stuck
+    # for two thirds of it (bot/leases.py). A killed process's duties move within this and a third of it.
+    duty_seconds: float = Field(default=DUTY_SECONDS, ge=3.0)
+    discord_timeout: float = Field(
+        default=5.0, gt=0
+    )  # seconds one Discord REST call may take; at most duty_seconds / 2
+    # Stuck this long (the event loop blocked, a duty's round unfinished, Discord silent), a bot fails /livez and its
+    # orchestrator restarts it (bot/liveness.py); longer than the renew deadline, so its duties have moved by then.
+    liveness_seconds: float = Field(default=20.0, gt=0)
     lease_seconds: float = Field(default=30.0, ge=1.0)  # a running turn's worker unseen this long is gone
     pickup_timeout: float = Field(default=0.0, ge=0)  # seconds a turn waits for a worker; 0: 3x its ETA, >= 2 min
     db_busy_timeout: float = Field(default=5.0, gt=0)  # seconds a SQLite write waits for another writer
@@ -148,6 +160,40 @@ def encoded_secret(url: str) -> str:
     credentials, _, place = rest.rpartition("@")
     user, colon, password = credentials.partition(":")
     return f"{scheme}://{quote(unquote(user), safe='')}{colon}{quote(unquote(password), safe='')}@{place}"
+
+
+def settings_at_odds(settings: Settings) -> str | None:
+    """One line naming two settings that cannot work together, and why; None when none are at odds.
+
+    Each is a combination that fails silently at run time: a broker timeout as long as the outbox's hold means the
+    holder is never sure it can send (nothing is ever sent, and nothing says why), a Discord call longer than half
+    the hold outlives it, a visibility timeout shorter than a turn hands a running turn to a second worker.
+    """
+    hold = settings.duty_seconds
+    rules = [
+        (
+            settings.broker_timeout <= hold / 2,
+            f"ANIMEGAMER_BROKER_TIMEOUT ({settings.broker_timeout:g} s) must be at most half of "
+            f"ANIMEGAMER_DUTY_SECONDS ({hold:g} s): the outbox sends only while its hold outlasts a send, so it would "
+            "never send",
+        ),
+        (
+            settings.discord_timeout <= hold / 2,
+            f"ANIMEGAMER_DISCORD_TIMEOUT ({settings.discord_timeout:g} s) must be at most half of "
+            f"ANIMEGAMER_DUTY_SECONDS ({hold:g} s): a Discord call would outlive the hold it is made under",
+        ),
+        (
+            settings.delivery_poll_seconds < hold / 3,
+            f"ANIMEGAMER_DELIVERY_POLL_SECONDS ({settings.delivery_poll_seconds:g} s) must be under a third of "
+            f"ANIMEGAMER_DUTY_SECONDS ({hold:g} s): the duties' holds are renewed only between the loop's rounds",
+        ),
+        (
+            settings.liveness_seconds > hold * 2 / 3,
+            f"ANIMEGAMER_LIVENESS_SECONDS ({settings.liveness_seconds:g} s) must be over two thirds of "
+            f"ANIMEGAMER_DUTY_SECONDS ({hold:g} s): a stuck process gives its duties up before it is restarted",
+        ),
+    ]
+    return next((said for holds, said in rules if not holds), None)
 
 
 URL_SETTINGS = {

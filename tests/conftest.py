@@ -17,6 +17,7 @@ from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.longest_first(items)
     for item in items:
         if tiers.SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(tiers.SLOW)

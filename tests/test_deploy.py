@@ -107,12 +107,19 @@ def test_the_bot_starts_after_its_stores_are_healthy_and_the_database_is_migrate
 
 
 @pytest.mark.parametrize(
-    ("service", "port_setting"), [("bot", "ANIMEGAMER_METRICS_PORT"), ("worker", "ANIMEGAMER_WORKER_METRICS_PORT")]
+    ("service", "port_setting", "paths"),
+    [
+        ("bot", "ANIMEGAMER_METRICS_PORT", ["/livez", "/readyz"]),
+        ("worker", "ANIMEGAMER_WORKER_METRICS_PORT", ["/readyz"]),
+    ],
 )
-def test_the_bot_and_the_worker_are_healthy_when_their_readyz_says_so(service: str, port_setting: str) -> None:
+def test_the_bot_and_the_worker_are_healthy_when_their_probes_say_so(
+    service: str, port_setting: str, paths: list[str]
+) -> None:
+    """The bot is healthy while it works (/livez) and is ready (/readyz); a worker while it is ready."""
     test = SERVICES[service]["healthcheck"]["test"]
     port = SERVICES[service]["environment"][port_setting]
-    assert test == ["CMD", "python", "-m", "relay.probes", f"http://127.0.0.1:{port}/readyz"]
+    assert test == ["CMD", "python", "-m", "relay.probes", *(f"http://127.0.0.1:{port}{path}" for path in paths)]
 
 
 def test_every_long_running_service_has_a_health_check_and_restarts() -> None:

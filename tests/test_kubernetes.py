@@ -223,11 +223,13 @@ def test_a_bot_has_time_to_stop_cleanly(kustomization: str) -> None:
 
 @pytest.mark.parametrize("kustomization", APPLIED)
 @pytest.mark.parametrize(
-    ("component", "port_setting"), [("bot", "ANIMEGAMER_METRICS_PORT"), ("worker", "ANIMEGAMER_WORKER_METRICS_PORT")]
+    ("component", "port_setting", "liveness"),
+    [("bot", "ANIMEGAMER_METRICS_PORT", "/livez"), ("worker", "ANIMEGAMER_WORKER_METRICS_PORT", "/healthz")],
 )
-def test_the_bot_and_the_workers_are_probed_on_healthz_and_readyz_at_their_metrics_port(
-    kustomization: str, component: str, port_setting: str
+def test_the_bot_and_the_workers_are_probed_for_liveness_and_readiness_at_their_metrics_port(
+    kustomization: str, component: str, port_setting: str, liveness: str
 ) -> None:
+    """The bot's liveness is /livez, which fails when it is stuck (bot/liveness.py); a worker's, /healthz."""
     docs = rendered(kustomization)
     for workload in workloads(docs, component):
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
@@ -236,7 +238,7 @@ def test_the_bot_and_the_workers_are_probed_on_healthz_and_readyz_at_their_metri
             (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "metrics"]
             assert env[port_setting] == str(port)
             assert env["ANIMEGAMER_METRICS_ADDRESS"] == "0.0.0.0", "on 127.0.0.1 the kubelet cannot probe it"
-            assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+            assert container["livenessProbe"]["httpGet"] == {"path": liveness, "port": "metrics"}
             assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
             assert annotations["prometheus.io/scrape"] == "true"
             assert annotations["prometheus.io/port"] == str(port)

@@ -3,10 +3,14 @@ work."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
-from relay.settings import Settings
+from relay.settings import Settings, settings_at_odds
 
 
 def settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
@@ -59,3 +63,36 @@ def test_the_unconditional_half_is_skipped_where_w_is_within_a_thousandth_of_1_b
 ) -> None:
     assert settings(monkeypatch).skip_unconditional_below == 0.001
     assert settings(monkeypatch, ANIMEGAMER_SKIP_UNCONDITIONAL_BELOW="0").skip_unconditional_below == 0.0
+
+
+def test_a_broker_timeout_the_outbox_hold_cannot_outlast_ends_every_command_with_one_line_naming_both(tmp_path):
+    """Before, the outbox was never sure its hold outlasted a send: nothing was ever sent, and nothing said so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "animegamer", "check", "--worker"],
+        env={**env, "ANIMEGAMER_BROKER_TIMEOUT": "10", "ANIMEGAMER_DATA_DIR": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = (done.stdout + done.stderr).strip()
+    assert done.returncode == 2 and len(said.splitlines()) == 1, said
+    assert said.startswith("ANIMEGAMER_BROKER_TIMEOUT (10 s) must be") and "ANIMEGAMER_DUTY_SECONDS (10 s)" in said
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("discord_timeout", 6.0, "ANIMEGAMER_DISCORD_TIMEOUT (6 s)"),
+        ("delivery_poll_seconds", 5.0, "ANIMEGAMER_DELIVERY_POLL_SECONDS (5 s)"),
+        ("liveness_seconds", 5.0, "ANIMEGAMER_LIVENESS_SECONDS (5 s)"),
+    ],
+)
+def test_settings_at_odds_with_the_duty_hold_are_named_together(field, value, named) -> None:
+    said = settings_at_odds(Settings(**{field: value}))
+    assert said is not None and said.startswith(named) and "ANIMEGAMER_DUTY_SECONDS (10 s)" in said
+
+
+def test_the_default_settings_work_together() -> None:
+    assert settings_at_odds(Settings()) is None

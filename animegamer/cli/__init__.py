@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from animegamer.cli import bot, check, checkpoints, data, db, demo, inspect_prompt, play, train, worker
-from relay.settings import get_settings, unreadable_url
+from relay.settings import get_settings, settings_at_odds, unreadable_url
 
 COMMANDS = (demo, play, worker, bot, check, db, inspect_prompt, checkpoints, data, train)
 
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = get_settings()
-    if (problem := unreadable_url(settings)) is not None:
+    if (problem := unreadable_url(settings) or settings_at_odds(settings)) is not None:
         print(problem, file=sys.stderr)
         return 2
     try:

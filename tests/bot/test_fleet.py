@@ -14,22 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from bot.app import POST_LEASE_SECONDS
-from bot.outbox import OUTBOX_LEASE_SECONDS
-from db.engine import make_engine, make_sessionmaker
-from db.leases import holder_of
-from db.migrate import current_revision, head_revision, upgrade
+from db.migrate import upgrade
 from db.models import JobStatus
-from tests.bot.helpers import accepted, private_text
-from tests.bot.test_story import PLAYERS as PLAYERS_IN_STORY
-from tests.bot.test_story import begin_story
 from tests.bot.test_story_votes import ALICE, PROPOSALS, VOTERS, propose, round_message, start_vote_story, vote
 from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, late, read_jobs, settle, setup_servers
 from tests.db.conftest import POSTGRES_URL, Postgres
@@ -99,6 +91,7 @@ async def fleet(
     clocks: dict[str, str] | None = None,
     discord_host: dict[str, str] | None = None,
     faulty_worker: dict[str, str] | None = None,
+    bot_env: dict[str, dict[str, str]] | None = None,
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
     """A worker in a folder of its own and bots, each in one of its own with no folder in common, on ``database``,
     Redis and an S3 store (SeaweedFS) that keeps the clips. By default all on the one shard of one loopback Discord,
@@ -107,7 +100,8 @@ async def fleet(
     ``store``: one the test started (and stops), to look into. ``clocks``: a bot's wall clock shifted by libfaketime
     (``{"new": "+30s"}``); its monotonic clock is left alone, as NTP leaves it. ``discord_host``: the name a bot
     reaches Discord by (``localhost``, so that a fault takes its requests alone). ``faulty_worker``: the worker's
-    settings, and it runs ``tests.faulty_worker`` (turns that misbehave on request)."""
+    settings, and it runs ``tests.faulty_worker`` (turns that misbehave on request). ``bot_env``: settings of one bot
+    alone, by its name."""
     faketime = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
     if clocks and faketime is None:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
@@ -145,7 +139,7 @@ async def fleet(
                 clock = {}
                 if clocks and name in clocks:  # preloaded into the bot's own process, which the test then stops
                     clock = {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-                env_of = {**env, **shards, **clock, **machine(folder)}
+                env_of = {**env, **shards, **clock, **machine(folder), **(bot_env or {}).get(name, {})}
                 if discord_host and name in discord_host:
                     env_of["DISCORD_API_BASE"] = double.api_base_for(discord_host[name])
                 bot = BotProcess(bot_argv(), env_of, folder / "bot.log", cwd=folder)
@@ -257,129 +251,6 @@ async def test_a_vote_round_under_two_bot_processes_is_shown_once_and_its_winner
     assert len(jobs) == 1, jobs  # the winner's turn, made once
 
 
-async def outbox_holder(database: str) -> int | None:
-    """The pid of the bot process holding the outbox lease now, if any (a holder is ``host:pid:token``)."""
-    engine = make_engine(database)
-    try:
-        async with make_sessionmaker(engine)() as session:
-            holder = await holder_of(session, "outbox")
-    finally:
-        await engine.dispose()
-    return int(holder.split(":")[1]) if holder else None
-
-
-async def until_taken_over(database: str, gone: int, bots: list[BotProcess]) -> tuple[int, float]:
-    """Which process holds the outbox once ``gone`` no longer does, and after how many seconds."""
-    since = time.monotonic()
-    while (holder := await outbox_holder(database)) in (gone, None):
-        assert time.monotonic() - since < 60, (holder, logs(bots))
-        await asyncio.sleep(0.1)
-    return holder, time.monotonic() - since
-
-
-async def test_when_the_process_sending_turns_stops_or_dies_another_takes_over_and_every_turn_is_posted_once(
-    redis_url: str, tmp_path: Path, fleet_database: str
-) -> None:
-    """Three bots of a rolling deploy; the first holds the outbox (it started first), the newest takes the
-    interactions and leaves their turns to the outbox. As a burst comes in, the holder is stopped (SIGTERM: it hands
-    the lease over as it closes); as a second burst comes in, the next holder is killed (SIGKILL: its lease runs out
-    first, OUTBOX_LEASE_SECONDS)."""
-    guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, names=("first", "second", "new")) as (double, bots):
-        await setup_servers(double, guilds, players)
-        by_pid = {bot.proc.pid: bot.proc for bot in bots if bot.proc is not None}
-        first = await outbox_holder(fleet_database)
-        assert first == bots[0].proc.pid
-        handles = await burst(double, players[:2])
-        by_pid[first].send_signal(signal.SIGTERM)
-        second, after_sigterm = await until_taken_over(fleet_database, first, bots)
-        second_burst = await burst(double, players[2:])
-        # Queued first: a process killed before it answers an interaction loses it (Discord says it failed).
-        await asyncio.gather(*(accepted(handle) for handle in second_burst))
-        handles += second_burst
-        by_pid[second].send_signal(signal.SIGKILL)
-        third, after_sigkill = await until_taken_over(fleet_database, second, bots)
-        jobs = await settle(double, fleet_database, handles, timeout=120)
-    posted = clip_messages(double)
-    print(f"fleet of 3: outbox taken over {after_sigterm:.1f} s after SIGTERM, {after_sigkill:.1f} s after SIGKILL")
-    assert len({first, second, third}) == 3
-    assert after_sigterm <= 5.0, (after_sigterm, logs(bots))  # a few ticks of a loaded machine
-    assert after_sigkill <= OUTBOX_LEASE_SECONDS + 5.0, (after_sigkill, logs(bots))
-    assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
-    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
-    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
-
-
-async def test_a_process_whose_clock_runs_30_s_ahead_never_takes_the_outbox_from_its_live_holder(
-    redis_url: str, tmp_path: Path, fleet_database: str
-) -> None:
-    """Two bots on one PostgreSQL, the newer one's wall clock 30 s ahead (libfaketime). The lease is written and
-    compared on the database's clock, so the first keeps the outbox through a burst (each turn sent once); killed
-    (SIGKILL), it is taken over once its lease runs out, not 30 s early or late."""
-    guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, clocks={"new": "+30s"}) as (double, bots):
-        await setup_servers(double, guilds, players)
-        old = bots[0].proc.pid
-        held_at_start = await outbox_holder(fleet_database)
-        handles = await burst(double, players)
-        jobs = await settle(double, fleet_database, handles, timeout=180)
-        held_after_burst = await outbox_holder(fleet_database)
-        killed = time.monotonic()
-        bots[0].proc.kill()
-        await until_taken_over(fleet_database, old, bots)  # by the other: the only one left
-        takeover = time.monotonic() - killed
-    print(f"clock 30 s ahead: outbox taken over {takeover:.1f} s after SIGKILL")
-    assert (held_at_start, held_after_burst) == (old, old), logs(bots)
-    assert takeover < OUTBOX_LEASE_SECONDS + 5, takeover
-    sends = [line for bot in bots for line in bot.log.read_text(errors="replace").splitlines() if " sent to " in line]
-    assert len(sends) == len(jobs) == len(players), (sends, logs(bots))
-    assert set(clip_messages(double).values()) == {1}, logs(bots)
-
-
-@pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3Server]:
-    server = S3Server(tmp_path / "seaweedfs")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def recaps_in(store: S3Server) -> list[str]:
-    listed = store.client().list_objects_v2(Bucket=store.bucket, Prefix="fleet/recaps/")
-    return [item["Key"] for item in listed.get("Contents", [])]
-
-
-async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_the_other(
-    redis_url: str, tmp_path: Path, fleet_database: str, s3: S3Server
-) -> None:
-    """The new bot makes the recap into the store and is then killed; the old one, taking the interactions now,
-    refuses a recap within the cooldown the new one started, and /story end in it deletes the recap the other
-    made."""
-    async with fleet(tmp_path, redis_url, fleet_database, [Guild()], store=s3) as (double, bots):
-        await begin_story(double)
-        wave = {"motion": "gently wave", "background": "town"}
-        await accepted(await double.slash("story act", wave, user=PLAYERS_IN_STORY[0]))
-        await double.wait_until(lambda: clip_messages(double), timeout=90, what="the story turn's clip")
-        (made,) = await (await double.slash("story recap", user=PLAYERS_IN_STORY[1])).followups(timeout=60)
-        kept = recaps_in(s3)
-        new = bots[1]
-        assert new.proc is not None
-        new.proc.kill()
-        new.proc.wait(10)
-        for _ in range(100):  # the double notices the closed socket without a call or frame to wake a wait_until
-            if double.shards[0].ws is None:
-                break
-            await asyncio.sleep(0.1)
-        refused = private_text(await (await double.slash("story recap", user=PLAYERS_IN_STORY[2])).answer())
-        await (await double.slash("story end", user=PLAYERS_IN_STORY[0])).answer()
-        left = recaps_in(s3)
-    assert [f.filename for f in made.files] == ["story_1.mp4"] and len(kept) == 1, logs(bots)
-    assert "had a recap just now" in refused, refused
-    assert left == [], left
-
-
 async def test_two_processes_on_shard_ranges_of_their_own_each_serve_their_servers(
     redis_url: str, tmp_path: Path, fleet_database: str
 ) -> None:
@@ -402,60 +273,3 @@ async def test_two_processes_on_shard_ranges_of_their_own_each_serve_their_serve
     assert set(posted.values()) == {1} and set(made.values()) == {1}, (posted, made, logs(bots))  # none twice
     for job_id, _, _, guild_id, _ in jobs:  # each posted by the process of its server's shard
         assert f"job {job_id} posted as message" in connected[shard_for(guild_id, 2)], logs(bots)
-
-
-async def test_the_turns_of_a_killed_processs_shard_are_posted_by_another_within_the_lease(
-    redis_url: str, tmp_path: Path, fleet_database: str
-) -> None:
-    """SHARD_COUNT=2, a process a shard. Discord holds every post (429s) while the turns are made; the process of
-    shard 0 is killed (SIGKILL) with its server's turns unposted. The other stands in for shard 0 once its posting
-    lease runs out and posts them, each once."""
-    guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1")) as (double, bots):
-        await setup_servers(double, guilds, players)
-        double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
-        handles = await burst(double, players)
-        await until_all_applied(fleet_database, len(players))
-        assert bots[0].proc is not None
-        bots[0].proc.kill()
-        bots[0].proc.wait(10)
-        killed = time.monotonic()
-        double.clear_faults()
-        lost = [p for p in players if shard_for(p.guild.id, 2) == 0]
-        await settle(double, fleet_database, [h for h, p in zip(handles, players, strict=True) if p in lost], 120)
-        takeover = time.monotonic() - killed
-        jobs = await settle(double, fleet_database, handles, timeout=120)
-    posted = clip_messages(double)
-    print(f"a shard's process killed: its turns posted by the other {takeover:.1f} s after SIGKILL")
-    assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
-    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
-    assert "posting the turns of shards [0, 1] of 2" in bots[1].log.read_text(errors="replace"), logs(bots)
-    assert takeover < POST_LEASE_SECONDS * 4 / 3 + 10, takeover
-
-
-@pytest.fixture
-def older_database() -> Iterator[str]:
-    """A PostgreSQL database one revision behind the code, as before a deploy that brings a migration."""
-    with database_at("0007") as url:
-        yield url
-
-
-async def test_two_bots_started_together_on_an_older_schema_migrate_it_once_and_both_play(
-    redis_url: str, tmp_path: Path, older_database: str
-) -> None:
-    """ANIMEGAMER_MIGRATE_AT_START=always on both: the advisory lock lets one upgrade while the other waits and
-    then finds the schema current; both then take turns."""
-    guilds, players = crowd(4, guilds=2)
-    always = {"ANIMEGAMER_MIGRATE_AT_START": "always"}
-    async with fleet(
-        tmp_path, redis_url, older_database, guilds, shard_ids=("0", "1"), extra_env=always, together=True
-    ) as (double, bots):
-        revision = await current_revision(older_database)
-        await setup_servers(double, guilds, players)
-        handles = await burst(double, players)
-        jobs = await settle(double, older_database, handles, timeout=180)
-    migrated = [bot.log.read_text(errors="replace").count("Running upgrade 0007 -> 0008") for bot in bots]
-    assert revision == head_revision()
-    assert sorted(migrated) == [0, 1], (migrated, logs(bots))
-    assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
-    assert set(clip_messages(double).values()) == {1}, logs(bots)

@@ -132,21 +132,23 @@ async def test_a_handed_back_job_goes_back_to_the_outbox(sessions: Sessions) -> 
         assert [job.id for job in await j.jobs_to_send(s)] == [job_id]
 
 
-async def _sent_again(sessions: Sessions, job_id: int, started: bool) -> int:
+async def _sent_again(sessions: Sessions, job_id: int, started: bool) -> j.JobInfo:
     """What another process did while one slept: took the turn back (its worker vanished, or the broker lost its
-    message) and sent it again, and, if ``started``, saw a new worker start it. Returns the attempt the sleeper read,
-    in the state it read it: running if ``started``, else sent and waiting."""
+    message) and sent it again, and, if ``started``, saw a new worker start it. Returns what the sleeper read: the
+    job running if ``started``, else sent and waiting."""
     async with sessions() as s, s.begin():
         await j.mark_sent(s, job_id, utcnow() + SOON)
-        read = (await s.get_one(Job, job_id)).attempts
+        read = await j.get_job(s, job_id)
         if started:
             await j.mark_started(s, job_id, utcnow() + SOON, read)
+            read = await j.get_job(s, job_id)
             assert await j.hand_back(s, job_id, utcnow() + SOON, "gone", read)
         else:
             assert await j.requeue(s, job_id, read)
         assert await j.mark_sent(s, job_id, utcnow() + SOON)
         if started:
-            assert await j.mark_started(s, job_id, utcnow() + SOON, read + 1)
+            assert await j.mark_started(s, job_id, utcnow() + SOON, await j.get_job(s, job_id))
+    assert read is not None
     return read
 
 
@@ -163,7 +165,7 @@ async def _sent_again(sessions: Sessions, job_id: int, started: bool) -> int:
     ids=["hand back", "fail", "beat", "start", "requeue", "expire"],
 )
 async def test_a_move_decided_from_an_attempt_that_has_since_been_sent_again_changes_nothing(
-    sessions: Sessions, move: Callable[[AsyncSession, int, int], Awaitable[bool]], started: bool
+    sessions: Sessions, move: Callable[[AsyncSession, int, j.JobInfo], Awaitable[bool]], started: bool
 ) -> None:
     job_id = await _queue(sessions, await _character(sessions, 15))
     read = await _sent_again(sessions, job_id, started)
@@ -175,7 +177,7 @@ async def test_a_move_decided_from_an_attempt_that_has_since_been_sent_again_cha
     async with sessions() as s:
         after = await s.get_one(Job, job_id)
         assert (after.status, after.attempts, after.error, after.deadline_at, after.sent_at) == before
-        assert after.attempts == read + 1
+        assert after.attempts == read.attempts + 1
 
 
 async def test_progress_read_from_an_attempt_sent_again_since_is_neither_written_nor_shown(sessions: Sessions) -> None:
@@ -183,9 +185,9 @@ async def test_progress_read_from_an_attempt_sent_again_since_is_neither_written
     read = await _sent_again(sessions, job_id, started=True)
     async with sessions() as s, s.begin():
         assert not await j.update_progress(s, job_id, 40, 50, read)
-        assert not await j.in_attempt(s, job_id, read)
-        assert await j.in_attempt(s, job_id, read + 1)
-        assert await j.update_progress(s, job_id, 3, 50, read + 1)
+        assert not await j.in_attempt(s, job_id, read.attempts)
+        assert await j.in_attempt(s, job_id, read.attempts + 1)
+        assert await j.update_progress(s, job_id, 3, 50, await j.get_job(s, job_id))
     async with sessions() as s:
         assert (await s.get_one(Job, job_id)).step == 3
 
@@ -196,11 +198,30 @@ async def test_progress_read_before_a_hand_back_is_not_shown_even_before_the_tur
     job_id = await _queue(sessions, await _character(sessions, 17))
     async with sessions() as s, s.begin():
         await j.mark_sent(s, job_id, utcnow() + SOON)
-        read = (await s.get_one(Job, job_id)).attempts
-        await j.mark_started(s, job_id, utcnow() + SOON, read)
-        assert await j.in_attempt(s, job_id, read)
+        await j.mark_started(s, job_id, utcnow() + SOON, await j.get_job(s, job_id))
+        read = await j.get_job(s, job_id)
+        assert read is not None and await j.in_attempt(s, job_id, read.attempts)
         assert await j.hand_back(s, job_id, utcnow() + SOON, "gone", read)
-        assert not await j.in_attempt(s, job_id, read)  # another process told the player a worker stopped
+        assert not await j.in_attempt(s, job_id, read.attempts)  # another process told the player a worker stopped
+
+
+async def test_a_queued_turn_read_before_it_was_started_and_handed_back_is_not_expired_by_that_reading(
+    sessions: Sessions,
+) -> None:
+    """A process reads the turn queued and sent, and pauses; meanwhile a worker starts it, vanishes, and another
+    process hands it back (the same attempt, unsent, a new deadline). Woken, the first finds the pickup deadline it
+    read has passed: matching the attempt alone, its expiry dropped the handed-back turn."""
+    job_id = await _queue(sessions, await _character(sessions, 18))
+    async with sessions() as s, s.begin():
+        await j.mark_sent(s, job_id, utcnow() + SOON)
+        read = await j.get_job(s, job_id)  # the sleeper's reading: queued and sent
+        assert await j.mark_started(s, job_id, utcnow() + SOON, read)
+        assert await j.hand_back(s, job_id, utcnow() + SOON, "gone", await j.get_job(s, job_id))
+    async with sessions() as s, s.begin():
+        assert not await j.expire_job(s, job_id, read)
+    async with sessions() as s:
+        after = await s.get_one(Job, job_id)
+    assert (after.status, after.sent_at, after.attempts) == (JobStatus.QUEUED, None, read.attempts)
 
 
 async def test_a_story_turn_is_sent_only_after_the_turn_before_it_ends(sessions: Sessions, make_result) -> None:

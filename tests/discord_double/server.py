@@ -108,6 +108,7 @@ class Fault:
     host: str | None = None  # only requests that named this host (the Host header): one process of several
     hits: int = 0
     cleared: bool = False
+    released: asyncio.Event = field(default_factory=asyncio.Event)  # set when cleared: held requests go on at once
 
     @property
     def active(self) -> bool:
@@ -116,10 +117,12 @@ class Fault:
     def takes(self, rec: Recorded) -> bool:
         if self.host is not None and rec.headers.get("Host", "").rsplit(":", 1)[0] != self.host:
             return False
-        return self.active and self.method == rec.method and self.pattern.fullmatch(rec.path) is not None
+        method = self.method in ("*", rec.method)
+        return self.active and method and self.pattern.fullmatch(rec.path) is not None
 
     def clear(self) -> None:
         self.cleared = True
+        self.released.set()
 
     def answer(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The body and headers; a 429 is Discord's, with the ``Via`` header discord.py needs to trust it."""
@@ -466,11 +469,12 @@ class DiscordDouble:
     ) -> Fault:
         """Answer the next ``times`` matching REST requests (None: all, until cleared) with an error.
 
-        ``path_regex`` is fullmatched against the path after /api/v10, as in ``calls_to``. ``delay`` sleeps
-        before answering; ``status=0`` then handles the request as usual (a slow Discord). ``status=429`` is a
-        rate limit (``retry_after`` seconds, default 1) that discord.py sleeps out and retries. ``host`` takes only
-        the requests of a process that reaches Discord by that name (``api_base_for("localhost")``): one process
-        of a fleet sees the fault. Faulted requests are still recorded in ``calls`` with the status they got.
+        ``method`` "*" takes every method. ``path_regex`` is fullmatched against the path after /api/v10, as in
+        ``calls_to``. ``delay`` holds the request that long (or until the fault is cleared) before answering;
+        ``status=0`` then handles the request as usual (a slow Discord). ``status=429`` is a rate limit
+        (``retry_after`` seconds, default 1) that discord.py sleeps out and retries. ``host`` takes only the requests
+        of a process that reaches Discord by that name (``api_base_for("localhost")``): one process of a fleet sees
+        the fault. Faulted requests are still recorded in ``calls`` with the status they got.
         """
         if message is None:
             message = "You are being rate limited." if status == 429 else _status_message(status)
@@ -839,8 +843,9 @@ class DiscordDouble:
         fault = next((f for f in self.faults if f.takes(rec)), None)
         if fault is not None:
             fault.hits += 1
-            if fault.delay:
-                await asyncio.sleep(fault.delay)
+            if fault.delay:  # held for ``delay``, or until the fault is cleared
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fault.released.wait(), fault.delay)
         if fault is not None and fault.status:
             result, extra = fault.answer()
             return await self._answer(rec, fault.status, result, extra)
