@@ -223,7 +223,7 @@ async def redis_lost_queued(run: Run) -> Row:
 
 async def redis_restart_running(run: Run) -> Row:
     server = run.redis()
-    worker = run.worker(server.url(), module="tests.faulty_worker", ANIMEGAMER_LEASE_SECONDS="5")
+    worker = run.worker(server.url(), module="tests.faulty_worker", ANIMEGAMER_CLAIM_SECONDS="5")
     settings = run.settings(worker)
     async with DiscordDouble() as double, running_bot_on(double, settings, worker.app) as bot:
         handles = await act_all(double, run.players, SLOW)
@@ -234,7 +234,7 @@ async def redis_restart_running(run: Run) -> Row:
 
 
 async def worker_killed(run: Run) -> Row:
-    first = run.worker(module="tests.faulty_worker", ANIMEGAMER_LEASE_SECONDS="3")
+    first = run.worker(module="tests.faulty_worker", ANIMEGAMER_CLAIM_SECONDS="3")
     settings = run.settings(first)
     async with DiscordDouble() as double, running_bot_on(double, settings, first.app) as bot:
         handles = await act_all(double, run.players, SLOW)

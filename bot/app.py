@@ -22,7 +22,7 @@ from discord.ext import commands
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.buttons import TurnButton
-from bot.clip_store import ClipStore
+from bot.clip_store import ClipStore, FolderStore
 from bot.delivery import Delivery
 from bot.errors import on_app_command_error
 from bot.health import readiness
@@ -41,6 +41,7 @@ from bot.sync import sync_if_changed
 from bot.votes import VoteButton
 from bot.watchdog import LoopWatch
 from db.engine import make_engine, make_sessionmaker
+from db.leases import live_holders
 from db.migrate import ready_schema
 from relay.blob_store import store_for
 from relay.celery_app import make_celery
@@ -185,6 +186,11 @@ class AnimeGamerBot(commands.AutoShardedBot):
             call_timeout=self.settings.duty_seconds / 2,  # no round of a duty waits on it longer than half its hold
         )
         self.sessions = make_sessionmaker(self.engine)
+        if isinstance(self.clips, FolderStore):  # every process of a game must see one folder, or clips go missing
+            async with self.sessions() as session:
+                live = await live_holders(session)
+            await asyncio.to_thread(self.clips.mark, self.process)
+            self.clips.check_shared(live - {self.process})
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)
@@ -244,4 +250,6 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.queue.close()
         if hasattr(self, "engine"):
             await self.engine.dispose()
+        if isinstance(self.clips, FolderStore):
+            self.clips.unmark(self.process)
         await asyncio.to_thread(self.metrics.close)  # waits out the server's poll

@@ -10,11 +10,13 @@ from __future__ import annotations
 import io
 import logging
 import re
+import time
 from functools import cache
 
 import discord
 from PIL import Image, ImageDraw, ImageFont
 
+from game.contract import Progress, Stage
 from game.state import STAT_MAX, STAT_STEP, CharacterState, StateDeltas, stat_colour
 
 logger = logging.getLogger(__name__)
@@ -114,3 +116,32 @@ def state_embed(
         embed.set_footer(text=" · ".join(footer)[:FOOTER_LIMIT])
     embed.set_image(url=f"attachment://{GAUGE_FILENAME}")
     return embed
+
+
+# -- progress messages: what a turn shows while it waits and runs (the commands and the supervisor both write it)
+
+BAR_CELLS = 12
+
+
+def queued_text(instruction: str, ahead: int, eta_seconds: float, *, after_story_turn: bool = False) -> str:
+    if after_story_turn:
+        return f"🎬 {instruction}\nQueued after the story's turn being made now."
+    eta = int(time.time() + eta_seconds)
+    place = "next in line" if ahead == 0 else f"{ahead} turn{'s' if ahead != 1 else ''} ahead"
+    return f"🎬 {instruction}\nQueued, {place}; ready <t:{eta}:R>."
+
+
+STAGE_WORDS = {
+    Stage.LOADING: "Loading the model…",
+    Stage.MLLM: "Imagining the turn…",
+    Stage.VAE: "Rendering frames…",
+    Stage.SAFETY: "Checking the clip…",
+}
+
+
+def progress_text(instruction: str, progress: Progress) -> str:
+    if progress.stage is Stage.DENOISE and progress.total:
+        filled = round(BAR_CELLS * progress.step / progress.total)
+        bar = "▰" * filled + "▱" * (BAR_CELLS - filled)
+        return f"🎬 {instruction}\nAnimating {bar} {100 * progress.step // progress.total}%"
+    return f"🎬 {instruction}\n{STAGE_WORDS.get(progress.stage, 'Finishing the clip…')}"

@@ -93,8 +93,21 @@ class StoreUnavailable(OSError):
     again, never lost and never posted without its clip. The message names the store, never a secret."""
 
 
+FLEET_MARKS = ".fleet"  # where each bot process of a game leaves its mark in a clip folder
+
+
+class UnsharedClips(Exception):
+    """Bot processes of one game keep their clips in folders that are not one: a turn whose result one applied and
+    the other posts would go out without its clip. Raised at start, with the one line that says what to set."""
+
+
 class FolderStore(ClipStore):
-    """Clips as files under one folder, each at its key."""
+    """Clips as files under one folder, each at its key.
+
+    Every bot process of a game must see one folder (a volume they all mount), since any of them may apply a result
+    and another post it. Each leaves a mark in it (``.fleet/<its name>``), and one that starts beside a live process
+    whose mark it cannot see refuses to start (``check_shared``).
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root.absolute()  # fixed at start: a later change of working directory moves nothing
@@ -103,6 +116,27 @@ class FolderStore(ClipStore):
     @property
     def where(self) -> str:
         return str(self.root)
+
+    def mark(self, process: str) -> None:
+        """Leave this process's mark in the folder, for the others to find."""
+        (self.root / FLEET_MARKS).mkdir(parents=True, exist_ok=True)
+        (self.root / FLEET_MARKS / process).touch()
+
+    def unmark(self, process: str) -> None:
+        with contextlib.suppress(OSError):
+            (self.root / FLEET_MARKS / process).unlink()
+
+    def check_shared(self, live: set[str]) -> None:
+        """Refuse (``UnsharedClips``) when a live bot process of this game left no mark here: it keeps its clips
+        in another folder."""
+        apart = sorted(process for process in live if not (self.root / FLEET_MARKS / process).exists())
+        if apart:
+            raise UnsharedClips(
+                f"ANIMEGAMER_CLIP_STORE is not set and this bot's clip folder {self.root} is not the folder of the bot "
+                f"process {apart[0]} already running on this database, so a turn one of them makes would be posted "
+                "by the other without its clip: set ANIMEGAMER_CLIP_STORE=s3://bucket/prefix for every bot process, "
+                "or give them all one folder (ANIMEGAMER_CLIP_DIR on a shared volume)."
+            )
 
     def path(self, key: str) -> Path:
         """The key's file. A row older than keys that revision 0007 could not read as one keeps its absolute

@@ -164,6 +164,7 @@ class PostingShards(Background):
         self.stuck = Stuck(working, self.length, "posting leases")
         self._count = 0
         self._sure_until: dict[int, float] = {}  # shard -> on _elapsed(), until when this process surely posts it
+        self._from: dict[int, float] = {}  # shard -> on _elapsed(), from when (its previous holder's lease ran out)
 
     async def renew(self) -> None:
         known = self.shards()
@@ -181,11 +182,16 @@ class PostingShards(Background):
             until = now + self.length
             mine = await take_many(session, [_post(s) for s in connected], self.holder, until, now, owner=True)
             standing = await take_many(session, [_post(s) for s in others], self.holder + STANDING_IN, until, now)
-        held = {int(name.removeprefix(POST_PREFIX)) for name in mine | standing}
-        if held != set(self._sure_until) or count != self._count:
+        held = {int(name.removeprefix(POST_PREFIX)): since for name, since in (mine | standing).items()}
+        if set(held) != set(self._sure_until) or count != self._count:
             log.info("posting the turns of shards %s of %d (%s)", sorted(held) or "none", count, self.holder)
         self._count = count
         self._sure_until = dict.fromkeys(held, asked + self.length.total_seconds())
+        # A shard taken from a live stand-in is posted once the stand-in's lease would have run out, and stays so.
+        self._from = {
+            shard: max(self._from.get(shard, -math.inf), asked + (since - now).total_seconds())
+            for shard, since in held.items()
+        }
 
     def posts(self, guild_id: int | None) -> bool:
         """Whether this process posts this guild's turns now, for certain: its hold on the guild's shard is live and
@@ -193,13 +199,14 @@ class PostingShards(Background):
         the hold moved, or while Discord stopped answering this process, is left to the poster of the moment)."""
         if not self._count or self.stuck.seen():
             return False
-        return _elapsed() < self._sure_until.get(shard_of(guild_id, self._count), -math.inf)
+        shard = shard_of(guild_id, self._count)
+        return self._from.get(shard, math.inf) <= _elapsed() < self._sure_until.get(shard, -math.inf)
 
     async def _run(self) -> None:
         await _renewing(self.renew, self.length, "posting leases")  # posts() turns false once they may have lapsed
 
     async def give_up(self) -> None:
-        self._sure_until = {}
+        self._sure_until, self._from = {}, {}
         try:
             async with self.sessions() as session, session.begin():
                 await give_up_all(session, POST_PREFIX, [self.holder, self.holder + STANDING_IN])

@@ -26,10 +26,9 @@ from sqlalchemy import select
 from bot.leases import LeaseHold
 from bot.presence import WorkerPresence
 from bot.queue import QueueUnavailable, TurnQueue
-from bot.turns import ETA_GUESS_SECONDS
-from db.base import utcnow
 from db.engine import Sessions
 from db.jobs import JobInfo, arm_deadline, build_history, jobs_in_flight, jobs_to_send, mark_sent
+from db.leases import FleetClock
 from db.models import Character, GuildSettings, Job, Story, Turn
 from game.contract import TurnRequest
 from game.history import DEFAULT_WINDOW
@@ -37,11 +36,13 @@ from game.instruction import parse, unreadable
 from game.jobs import JobStatus, Limits
 from game.schedule import Waiting, fair_order, fifo_order, window_for
 from relay.blob_store import BlobStore
-from relay.celery_app import queue_for, queue_of_stored
+from relay.celery_app import RELEASE_MODEL, queue_for, queue_of_stored
 from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# A turn's time before any was timed, by model: the pickup deadline's first estimate (and the players' first ETAs).
+ETA_GUESS_SECONDS = {"tiny": 5.0, "toy": 5.0, "full": 120.0, RELEASE_MODEL: 120.0}
 OUTBOX_GRACE = timedelta(seconds=2)  # a fresh job is its submission's to send; the outbox waits this long
 
 
@@ -58,6 +59,7 @@ class Outbox:
     ) -> None:
         self.settings, self.sessions, self.queue, self.blobs = settings, sessions, queue, blobs
         self.presence, self.limits, self.lease = presence, limits, lease
+        self.clock = FleetClock()  # every deadline's clock, the database's: the supervisor syncs it each tick
         # A turn's average time, which the supervisor keeps up to date: the pickup deadline's estimate.
         self.seconds_each = ETA_GUESS_SECONDS.get(settings.model, 60.0)
         self._at_broker: Counter[str] = Counter()  # queue -> turns sent and not yet started
@@ -96,7 +98,7 @@ class Outbox:
         async with self._sending:
             async with self.sessions() as session:
                 in_flight = await jobs_in_flight(session)
-                fresh = utcnow() - OUTBOX_GRACE
+                fresh = self.clock.now() - OUTBOX_GRACE  # queued_at is the database's time
                 waiting = [
                     job
                     for job in await jobs_to_send(session)
@@ -137,12 +139,13 @@ class Outbox:
             log.info("job %s not sent yet: %s", job.id, exc)
             if job.deadline_at is None:  # a story turn whose turn has come: from now on it has a deadline
                 async with self.sessions() as session, session.begin():
-                    await arm_deadline(session, job.id, utcnow() + self.limits.pickup_for(eta))
+                    await arm_deadline(session, job.id, self.clock.now() + self.limits.pickup_for(eta))
             return False
         self._at_broker[queue] += 1
         self._backlog[queue] = max(0, self._backlog[queue] - 1)
         async with self.sessions() as session, session.begin():
-            recorded = await mark_sent(session, job.id, deadline=utcnow() + self.limits.pickup_for(eta))
+            now = self.clock.now()
+            recorded = await mark_sent(session, job.id, deadline=now + self.limits.pickup_for(eta), now=now)
             status = None if recorded else (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
         if not recorded and status in (None, JobStatus.CANCELLED):
             # Cancelled (or purged) while its task went out: /cancel saw it unsent and told no worker.

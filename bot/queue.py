@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from celery import Celery, states
@@ -149,18 +149,19 @@ class TurnQueue:
             )
         return self._broker_client
 
-    async def broker_started(self) -> datetime | None:
-        """When the broker last started, for a broker that forgets its queue on restart (Redis).
+    async def broker_uptime(self) -> timedelta | None:
+        """How long since the broker last started, for a broker that forgets its queue on restart (Redis).
 
         None where messages outlive a restart (the SQLite broker keeps them in its file) or where
-        the broker cannot say. Messages sent before that instant that no worker holds are lost.
+        the broker cannot say. Messages sent before it started that no worker holds are lost. A span, not an
+        instant, so that the supervisor places it on the fleet's clock, not this process's.
         """
         if not self.broker_is_redis:
             return None
 
-        def ask() -> datetime:
+        def ask() -> timedelta:
             uptime = float(self._broker_redis().info("server")["uptime_in_seconds"])
-            return datetime.now(UTC) - timedelta(seconds=uptime + 1)  # whole seconds: err towards earlier
+            return timedelta(seconds=uptime + 1)  # whole seconds: err towards earlier
 
         return await self._call(ask)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -25,13 +24,14 @@ from sqlalchemy import select
 
 from bot.background import Background
 from bot.cards import plain
-from bot.turns import SEED_LIMIT, model_key
+from bot.errors import Refusal
+from bot.making import make_turn
 from bot.votes import round_text, round_view
 from db.base import utcnow
-from db.jobs import create_turn, set_job_messages
+from db.jobs import set_job_messages
 from db.models import Job, JobKind, RoundStatus, StoryRound
 from db.rounds import close_round, due_rounds, standing, unposted_rounds, voters_for
-from game.instruction import parse, unreadable
+from game.instruction import unreadable
 
 if TYPE_CHECKING:
     from bot.outbox import Outbox
@@ -100,20 +100,22 @@ class Rounds(Background):
                 chosen = None
             if closed is not None and chosen is not None:
                 story = closed.story
-                turn, _ = await create_turn(
-                    session,
-                    chosen.character_id,
-                    chosen.instruction,
-                    secrets.randbelow(SEED_LIMIT),
-                    settings.model,
-                    model_key=model_key(settings, parse(chosen.instruction).character),
-                    story=story,
-                    kind=JobKind.STORY,
-                    guild_id=story.guild_id,
-                    channel_id=story.channel_id,
-                    user_id=None,  # the channel's turn: see the module's docstring
-                )
-                closed.round.turn_id = turn.id
+                try:
+                    turn, _ = await make_turn(
+                        session,
+                        settings,
+                        chosen.character_id,
+                        chosen.instruction,
+                        story=story,
+                        kind=JobKind.STORY,
+                        guild_id=story.guild_id,
+                        channel_id=story.channel_id,
+                        user_id=None,  # the channel's turn: see the module's docstring
+                    )
+                    closed.round.turn_id = turn.id
+                except Refusal as refused:  # before any write: the round still closes, and the next opens
+                    log.warning("round %s: proposal %s not played (%s)", round_id, chosen.id, refused)
+                    chosen = None
         if closed is not None:
             played = f"proposal {chosen.id} played" if chosen is not None else "nothing to play"
             log.info("round %s closed: %s", round_id, played)

@@ -31,15 +31,14 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from bot.background import Background
+from bot.cards import progress_text
 from bot.clip_store import ClipStore
 from bot.metrics import BotMetrics
 from bot.notices import Notices
 from bot.outbox import Outbox
 from bot.presence import WorkerPresence
 from bot.queue import Look, QueueUnavailable, TurnQueue
-from bot.turns import progress_text
 from db import moderation
-from db.base import utcnow
 from db.engine import Sessions
 from db.jobs import (
     JobInfo,
@@ -85,9 +84,9 @@ class Poster(Protocol):
 
 def limits_from(settings: Settings) -> Limits:
     return Limits(
-        lease=timedelta(seconds=settings.lease_seconds),
+        claim=timedelta(seconds=settings.claim_seconds),
         # The worker's hard limit stops the turn; give it a lease to report that before deciding alone.
-        run=timedelta(seconds=settings.task_time_limit + max(60.0, settings.lease_seconds)),
+        run=timedelta(seconds=settings.task_time_limit + max(60.0, settings.claim_seconds)),
         pickup=timedelta(seconds=settings.pickup_timeout) if settings.pickup_timeout else None,
     )
 
@@ -114,7 +113,7 @@ class Supervisor(Background):
     ) -> None:
         self.settings, self.sessions, self.queue, self.clips, self.metrics = settings, sessions, queue, clips, metrics
         self.outbox, self.presence, self.notices, self.poster = outbox, presence, notices, poster
-        self.limits = outbox.limits
+        self.limits, self.clock = outbox.limits, outbox.clock
         self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
         self._storing: dict[int, StoreWait] = {}  # job id -> its clip's next try, while the disk refuses it
 
@@ -154,6 +153,7 @@ class Supervisor(Background):
             await self._guarded(job, self.mark_cancelled(job))
         seen_at = time.monotonic()
         async with self.sessions() as session:
+            await self.clock.sync(session)  # every deadline below is written and compared on the database's clock
             in_flight = await jobs_in_flight(session)
         self.metrics.queue_depth(self.settings, in_flight)
         looks = await self._look([job for job in in_flight if job.sent_at is not None])
@@ -194,10 +194,12 @@ class Supervisor(Background):
         return looks
 
     async def _broker_started(self) -> datetime | None:
+        """When the broker last started, on the fleet's clock (its uptime is the broker's own count)."""
         try:
-            return await self.queue.broker_started()
+            uptime = await self.queue.broker_uptime()
         except QueueUnavailable:
             return None
+        return None if uptime is None else self.clock.now() - uptime
 
     async def watch(self, job: JobInfo, looks: dict[str, Look] | None, broker_started: datetime | None = None) -> None:
         why = unreadable(job.instruction)
@@ -208,10 +210,10 @@ class Supervisor(Background):
         seen = look.seen if look is not None else Seen.UNKNOWN if job.sent_at is not None else Seen.NOTHING
         if seen is Seen.NOTHING and job.sent_at and broker_started and job.sent_at < broker_started:
             seen = Seen.LOST  # sent before the broker restarted, and no worker has it
-        now = utcnow()
+        now = self.clock.now()
         clock = JobClock(job.status, job.sent_at is not None, job.attempts, job.deadline_at, job.started_at)
         event = next_event(clock, seen, now, self.limits)
-        if event is Event.BEAT and job.deadline_at is not None and job.deadline_at - now > self.limits.lease * 2 / 3:
+        if event is Event.BEAT and job.deadline_at is not None and job.deadline_at - now > self.limits.claim * 2 / 3:
             event = None  # seen recently enough: spare the database a write
         if event is not None:
             await self.move(job, event, look)
@@ -220,7 +222,7 @@ class Supervisor(Background):
             await self.show_progress(job, progress)
 
     async def move(self, job: JobInfo, event: Event, look: Look | None) -> None:
-        now = utcnow()
+        now = self.clock.now()
         if event is Event.SUCCEEDED:
             await self.succeed(job, look.info if look is not None else None)
             return
@@ -237,11 +239,11 @@ class Supervisor(Background):
                 await self.notices.edit_progress(job, f"🎬 {job.instruction}\nA worker stopped; trying again…")
             return
         if event is Event.FAILED:
-            await self.fail(job, _worker_error(job, look, self.limits))
+            await self.fail(job, _worker_error(job, look, self.limits, now))
             return
         async with self.sessions() as session, session.begin():
             if event is Event.STARTED:
-                if await mark_started(session, job.id, deadline_after(event, now, self.limits), job):
+                if await mark_started(session, job.id, deadline_after(event, now, self.limits), job, now):
                     log.info("job %s started", job.id)
             elif event is Event.BEAT:
                 await beat(session, job.id, deadline_after(event, now, self.limits), job)
@@ -298,7 +300,7 @@ class Supervisor(Background):
                 await asyncio.to_thread(self.clips.delete, [key])
         else:
             self.metrics.turn_ended("done")
-            waited = (utcnow() - job.queued_at).total_seconds()
+            waited = (self.clock.now() - job.queued_at).total_seconds()
             if job.started_at is None:  # it ran and ended between two ticks: its start is seen only now
                 log.info("job %s started (seen as it ended)", job.id)
             log.info("job %s done in %.1fs (%.1fs on the worker)", job.id, waited, sum(result.timings.values()))
@@ -378,12 +380,12 @@ class Supervisor(Background):
                     await self.fail(job, f"the bot could not handle it: {type(exc).__name__}: {exc}")
 
 
-def _worker_error(job: JobInfo, look: Look | None, limits: Limits) -> str:
+def _worker_error(job: JobInfo, look: Look | None, limits: Limits, now: datetime) -> str:
     """The details of a failure, for the log and the audit (never shown to the player as is)."""
     if look is not None and look.seen is Seen.FAILED:
         info = look.info
         return f"the worker failed: {type(info).__name__}: {info}" if isinstance(info, BaseException) else str(info)
-    if job.status is JobStatus.RUNNING and job.started_at is not None and utcnow() >= job.started_at + limits.run:
+    if job.status is JobStatus.RUNNING and job.started_at is not None and now >= job.started_at + limits.run:
         return f"it ran past the time limit ({limits.run.total_seconds():.0f} s) without an answer"
     return f"its worker stopped reporting {job.attempts} time(s)"
 

@@ -13,7 +13,6 @@ A refusal after the public defer removes it and answers privately (``bot.errors`
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,12 +21,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import discord
 from sqlalchemy import select
 
+from bot.cards import queued_text
 from bot.errors import PUBLIC_DEFER, Refusal, defer_publicly
+from bot.making import check_terms, make_turn
+from bot.outbox import ETA_GUESS_SECONDS
 from db import moderation
-from db.base import utcnow
 from db.jobs import (
     average_turn_seconds,
-    create_turn,
     player_has_turn_in_flight,
     queue_position,
     seconds_between_turns,
@@ -36,22 +36,16 @@ from db.jobs import (
 )
 from db.models import Character, GuildSettings, JobKind, Story, StoryStatus, Turn, TurnOrder
 from db.queries import active_character, get_guild_settings, member_of_story, next_in_turn
-from game.contract import Progress, Stage
 from game.errors import TurnInFlightError
 from game.instruction import Instruction, InstructionError, from_fields, parse
-from relay.celery_app import RELEASE_MODEL
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from bot.app import AnimeGamerBot
-    from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
-SEED_LIMIT = 2**63
-ETA_GUESS_SECONDS = {"tiny": 5.0, "toy": 5.0, "full": 120.0, RELEASE_MODEL: 120.0}  # before any turn was timed
-BAR_CELLS = 12
 
 # What the bot needs in a channel to deliver a turn, by the names Discord's settings use.
 NEEDED = {
@@ -101,11 +95,6 @@ def check_can_deliver(interaction: discord.Interaction) -> None:
     missing = [name for flag, name in needed.items() if not getattr(permissions, flag)]
     if missing:
         raise Refusal(f"I cannot post your clip here: I need {', '.join(missing)} in this channel. Ask an admin.")
-
-
-def model_key(settings: Settings, character: str) -> str:
-    """Which weights make this character's representations: one pair per character for the published model."""
-    return f"{RELEASE_MODEL}:{character.casefold()}" if settings.model == RELEASE_MODEL else settings.model
 
 
 async def check_may_play(session: AsyncSession, guild_id: int, channel_id: int, user_id: int) -> GuildSettings:
@@ -181,13 +170,11 @@ async def submit_turn(
         await check_capacity(session, settings, user_id, character)
         if story is not None:
             await check_story_turn(session, story, character)
-        turn, job = await create_turn(
+        turn, job = await make_turn(
             session,
+            bot.settings,
             character,
             str(instruction),
-            secrets.randbelow(SEED_LIMIT),
-            bot.settings.model,
-            model_key=model_key(bot.settings, instruction.character),
             story=story,
             kind=kind,
             guild_id=guild_id,
@@ -197,7 +184,7 @@ async def submit_turn(
         ahead = await queue_position(session, job.id) or 0
         eta = timedelta(seconds=each + ahead * gap)  # its own turn, and one finish for each turn ahead
         if story is None or not await _waits(session, turn):
-            job.deadline_at = utcnow() + bot.limits.pickup_for(eta)
+            job.deadline_at = bot.outbox.clock.now() + bot.limits.pickup_for(eta)
         job_id = job.id
 
     log.info("job %s queued (guild %s, user %s)", job_id, guild_id, user_id)
@@ -240,11 +227,7 @@ async def check_instruction(
 ) -> None:
     if instruction.character.casefold() != character.name.casefold():
         raise Refusal(f"You play {character.name} here; /start character:{instruction.character} to switch.")
-    # The player's words only: the grammar's labels ("Motion:") are ours and must not trip a term.
-    words = f"{instruction.character} {instruction.motion} {instruction.background}"
-    term = await moderation.find_blocked_term(session, guild_id, words)
-    if term is not None:
-        raise Refusal("That instruction uses a term this server blocks; please rephrase it.")
+    await check_terms(session, guild_id, instruction)
 
 
 async def check_capacity(session: AsyncSession, settings: GuildSettings, user_id: int, character: Character) -> None:
@@ -280,27 +263,3 @@ async def check_story_turn(session: AsyncSession, story: Story, character: Chara
         if due is not None and due != character.id:
             due_name = (await session.get(Character, due)).name
             raise Refusal(f"This story goes in turns; it is {due_name}'s turn.")
-
-
-def queued_text(instruction: str, ahead: int, eta_seconds: float, *, after_story_turn: bool = False) -> str:
-    if after_story_turn:
-        return f"🎬 {instruction}\nQueued after the story's turn being made now."
-    eta = int(time.time() + eta_seconds)
-    place = "next in line" if ahead == 0 else f"{ahead} turn{'s' if ahead != 1 else ''} ahead"
-    return f"🎬 {instruction}\nQueued, {place}; ready <t:{eta}:R>."
-
-
-STAGE_WORDS = {
-    Stage.LOADING: "Loading the model…",
-    Stage.MLLM: "Imagining the turn…",
-    Stage.VAE: "Rendering frames…",
-    Stage.SAFETY: "Checking the clip…",
-}
-
-
-def progress_text(instruction: str, progress: Progress) -> str:
-    if progress.stage is Stage.DENOISE and progress.total:
-        filled = round(BAR_CELLS * progress.step / progress.total)
-        bar = "▰" * filled + "▱" * (BAR_CELLS - filled)
-        return f"🎬 {instruction}\nAnimating {bar} {100 * progress.step // progress.total}%"
-    return f"🎬 {instruction}\n{STAGE_WORDS.get(progress.stage, 'Finishing the clip…')}"

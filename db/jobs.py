@@ -185,15 +185,16 @@ async def _move(session: AsyncSession, job_id: int, event: Event, *guards: Colum
     return _changed(result)
 
 
-async def mark_sent(session: AsyncSession, job_id: int, deadline: datetime) -> bool:
-    """The outbox handed the task to the broker. A job that already had a deadline keeps it:
-    the player's wait counts from when they asked, not from when the broker came back."""
+async def mark_sent(session: AsyncSession, job_id: int, deadline: datetime, now: datetime | None = None) -> bool:
+    """The outbox handed the task to the broker at ``now`` (the fleet's clock, db.leases.FleetClock). A job that
+    already had a deadline keeps it: the player's wait counts from when they asked, not from when the broker came
+    back."""
     return await _move(
         session,
         job_id,
         Event.SENT,
         Job.sent_at.is_(None),
-        sent_at=utcnow(),
+        sent_at=now or utcnow(),
         attempts=Job.attempts + 1,
         deadline_at=func.coalesce(Job.deadline_at, deadline),
     )
@@ -210,15 +211,17 @@ async def arm_deadline(session: AsyncSession, job_id: int, deadline: datetime) -
     return _changed(result)
 
 
-async def mark_started(session: AsyncSession, job_id: int, deadline: datetime, read: JobInfo | None = None) -> bool:
-    """queued -> running: a worker claimed it."""
+async def mark_started(
+    session: AsyncSession, job_id: int, deadline: datetime, read: JobInfo | None = None, now: datetime | None = None
+) -> bool:
+    """queued -> running: a worker claimed it (seen at ``now``, on the fleet's clock: its run limit counts from it)."""
     return await _move(
         session,
         job_id,
         Event.STARTED,
         Job.sent_at.is_not(None),
         *fenced(read),
-        started_at=func.coalesce(Job.started_at, utcnow()),
+        started_at=func.coalesce(Job.started_at, now or utcnow()),
         deadline_at=deadline,
     )
 

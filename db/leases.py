@@ -84,22 +84,33 @@ STANDING_IN = " (standing in)"  # a holder's suffix while it holds a lease for a
 
 async def take_many(
     session: AsyncSession, names: list[str], holder: str, until: datetime, now: datetime, *, owner: bool = False
-) -> set[str]:
-    """Take or renew several leases in two statements: the names ``holder`` holds until ``until``. An ``owner``
-    also takes back a lease that a stand-in holds for it (``STANDING_IN``), so a restarted owner has its duty back
-    at once and the stand-in learns so at its next renewal."""
+) -> dict[str, datetime]:
+    """Take or renew several leases: for each name ``holder`` holds until ``until``, the instant from which it may
+    act on it (``now``, unless it took the lease from a live holder: then that holder's expiry). An ``owner`` also
+    takes back a lease that a stand-in holds for it (``STANDING_IN``), so a restarted owner has its duty back at once
+    and the stand-in learns so at its next renewal; the owner acts once the stand-in's lease would have run out,
+    since until then the stand-in may still be sure it holds it."""
     if not names:
-        return set()
+        return {}
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     rows = [{"name": name, "holder": holder, "expires_at": until} for name in names]
     await session.execute(dialect.insert(Lease).values(rows).on_conflict_do_nothing())
+    before = dict(
+        (
+            await session.execute(
+                select(Lease.name, Lease.expires_at)
+                .where(Lease.name.in_(names), Lease.holder != holder)
+                .with_for_update()
+            )
+        ).all()
+    )  # locked (PostgreSQL) until the update: a live stand-in cannot renew in between
     takes = (Lease.holder == holder) | (Lease.expires_at <= now)
     if owner:
         takes |= Lease.holder.endswith(STANDING_IN)
     taken = await session.execute(
         update(Lease).where(Lease.name.in_(names), takes).values(holder=holder, expires_at=until).returning(Lease.name)
     )
-    return set(taken.scalars())
+    return {name: max(now, before.get(name, now)) for name in taken.scalars()}
 
 
 async def give_up_all(session: AsyncSession, prefix: str, holders: list[str]) -> None:
@@ -107,3 +118,32 @@ async def give_up_all(session: AsyncSession, prefix: str, holders: list[str]) ->
     now = await database_now(session)
     named = Lease.name.startswith(prefix, autoescape=True)
     await session.execute(update(Lease).where(named, Lease.holder.in_(holders)).values(expires_at=now))
+
+
+class FleetClock:
+    """The one clock every deadline of a fleet is written and compared on: the database's.
+
+    ``sync`` measures how far this process's wall clock is from the database's (one read, each supervisor tick);
+    ``now`` is the wall clock corrected by it. A bot whose clock runs 90 s ahead (NTP not yet synced, a VM resumed)
+    then writes a turn's pickup deadline, its send and its start, and decides its expiry, as every other process
+    does, instead of expiring turns the others still wait for (each one computed again on a GPU).
+    """
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)  # the database's clock minus this process's
+
+    async def sync(self, session: AsyncSession) -> None:
+        asked = datetime.now(UTC)
+        self.offset = await database_now(session) - asked
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
+async def live_holders(session: AsyncSession) -> set[str]:
+    """The bot processes that hold a lease now (the outbox, a shard's posts): the live processes of this game, by
+    the names they hold leases under (a stand-in's suffix dropped)."""
+    now = await database_now(session)
+    duties = (Lease.name == "outbox") | Lease.name.startswith("post:", autoescape=True)  # not retention's due time
+    held = await session.execute(select(Lease.holder).where(duties, Lease.expires_at > now).distinct())
+    return {holder.removesuffix(STANDING_IN) for holder in held.scalars()}

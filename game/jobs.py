@@ -14,7 +14,7 @@ bot's supervisor moves it instead (``next_event``):
   times the ETA the player was shown. Then: expired; sent again at once if the broker restarted
   and lost it.
 - running: owned by the worker holding the job's claim. Deadlines: the last sign of that worker
-  + ``lease`` (then handed back to the outbox, and failed after ``attempts`` sends), and started
+  + ``claim`` (then handed back to the outbox, and failed after ``attempts`` sends), and started
   + ``run``, the time limit (then failed).
 
 A story's turns are made one after another: a story turn is sent only once the turn before it
@@ -100,14 +100,14 @@ def move(status: JobStatus, event: Event) -> JobStatus:
 class Limits:
     """How long each owner has; the bot builds it from settings."""
 
-    lease: timedelta  # a running turn's worker may go unseen this long (a killed worker, a lost Redis)
+    claim: timedelta  # a running turn's worker may go unseen this long (a killed worker, a lost Redis)
     run: timedelta  # the turn time limit, plus time for the worker to report it
     pickup: timedelta | None = None  # a sent turn's wait for a worker; None: PICKUP_ETAS times its ETA
     min_pickup: timedelta = timedelta(minutes=2)  # the automatic pickup timeout is never shorter
     attempts: int = 2  # sends before a turn whose worker keeps vanishing is failed
 
     def __post_init__(self) -> None:
-        if min(self.lease, self.run, self.pickup or self.min_pickup) <= timedelta(0) or self.attempts < 1:
+        if min(self.claim, self.run, self.pickup or self.min_pickup) <= timedelta(0) or self.attempts < 1:
             raise ValueError(f"limits must be positive: {self}")
 
     def pickup_for(self, eta: timedelta) -> timedelta:
@@ -166,7 +166,7 @@ def next_event(job: JobClock, seen: Seen, now: datetime, limits: Limits) -> Even
     if seen is Seen.WORKING:
         return Event.BEAT
     # Nothing to see (LOST: a restarted broker forgot its claim and any result, made or not) is a worker gone only
-    # once its lease has lapsed: one still computing claims it again at its next renewal.
+    # once its claim has lapsed: one still computing claims it again at its next renewal.
     unseen = seen in (Seen.NOTHING, Seen.LOST) and job.deadline_at is not None and now >= job.deadline_at
     vanished = seen is Seen.ENDED or unseen
     if vanished:
@@ -182,7 +182,7 @@ def deadline_after(event: Event, now: datetime, limits: Limits, eta: timedelta =
     """
     target = MOVES[event].target
     if target is JobStatus.RUNNING:
-        return now + limits.lease
+        return now + limits.claim
     if target is JobStatus.QUEUED:
         return now + limits.pickup_for(eta)
     return None

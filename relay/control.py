@@ -7,7 +7,7 @@ sides share three small records in the result store (Redis keys, or tables besid
 the SQL result database):
 
 - a **claim** per job: a worker takes it before it runs the turn (one claim per job id, so a
-  second delivery of the same task is dropped), renews it while it works (a lease: a claim
+  second delivery of the same task is dropped), renews it while it works (a claim
   that is not renewed lapses, which is how the bot learns a worker vanished), and marks it
   ended when the turn is over;
 - a **cancel mark** per job: the bot sets it; a worker checks it before it starts and at
@@ -44,7 +44,7 @@ class Claim(enum.StrEnum):
 class Holder(enum.StrEnum):
     """A job's claim as the bot sees it."""
 
-    ABSENT = "absent"  # nobody holds it: still queued, or its worker's lease lapsed
+    ABSENT = "absent"  # nobody holds it: still queued, or its worker's claim lapsed
     HELD = "held"  # a worker holds it and renews it
     ENDED = "ended"  # its worker is done with it
 
@@ -69,13 +69,13 @@ class Presence:
 class JobControl:
     """The interface both stores implement."""
 
-    def claim(self, task_id: str, owner: str, lease: float) -> Claim:
+    def claim(self, task_id: str, owner: str, ttl: float) -> Claim:
         raise NotImplementedError
 
-    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
+    def renew(self, task_ids: Iterable[str], owner: str, ttl: float) -> set[str]:
         """Extend this worker's claims (making them again if the store lost them, e.g. a Redis restart).
 
-        Returns the ones it lost: another worker holds them (its lease lapsed while it was frozen or cut off,
+        Returns the ones it lost: another worker holds them (its claim lapsed while it was frozen or cut off,
         and the bot handed the turn to another) or they ended. Its turn stops at the next step.
         """
         raise NotImplementedError
@@ -157,15 +157,15 @@ class RedisControl(JobControl):
     def _cancel_key(task_id: str) -> str:
         return f"{PREFIX}:cancel:{task_id}"
 
-    def claim(self, task_id: str, owner: str, lease: float) -> Claim:
+    def claim(self, task_id: str, owner: str, ttl: float) -> Claim:
         if self._client.exists(self._cancel_key(task_id)):
             return Claim.CANCELLED
-        if self._client.set(self._claim_key(task_id), owner, nx=True, px=_ms(lease)):
+        if self._client.set(self._claim_key(task_id), owner, nx=True, px=_ms(ttl)):
             return Claim.CLAIMED
         return Claim.TAKEN
 
-    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
-        args = [owner, owner, _ms(lease)]
+    def renew(self, task_ids: Iterable[str], owner: str, ttl: float) -> set[str]:
+        args = [owner, owner, _ms(ttl)]
         return {t for t in task_ids if not self._set_if_mine(keys=[self._claim_key(t)], args=args)}
 
     def end(self, task_id: str, owner: str, keep: float) -> bool:
@@ -256,7 +256,7 @@ class SqlControl(JobControl):
                     self._ready = True
         return self._engine.begin()
 
-    def claim(self, task_id: str, owner: str, lease: float) -> Claim:
+    def claim(self, task_id: str, owner: str, ttl: float) -> Claim:
         from sqlalchemy import select
         from sqlalchemy.exc import IntegrityError
 
@@ -271,7 +271,7 @@ class SqlControl(JobControl):
                     self._claims.c.holder != ENDED,
                     self._claims.c.expires < now,
                 )
-                .values(holder=owner, expires=now + lease)
+                .values(holder=owner, expires=now + ttl)
             ).rowcount
             if taken:
                 return Claim.CLAIMED  # a lapsed claim: its worker is gone
@@ -279,13 +279,13 @@ class SqlControl(JobControl):
             if exists:
                 return Claim.TAKEN
             try:
-                conn.execute(self._claims.insert().values(task_id=task_id, holder=owner, expires=now + lease))
+                conn.execute(self._claims.insert().values(task_id=task_id, holder=owner, expires=now + ttl))
             except IntegrityError:
                 return Claim.TAKEN  # another worker inserted it first
             return Claim.CLAIMED
 
-    def renew(self, task_ids: Iterable[str], owner: str, lease: float) -> set[str]:
-        expires, lost = time.time() + lease, set()
+    def renew(self, task_ids: Iterable[str], owner: str, ttl: float) -> set[str]:
+        expires, lost = time.time() + ttl, set()
         with self._begin() as conn:
             for task_id in task_ids:
                 updated = conn.execute(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote, unquote, urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DUTY_SECONDS = 10.0  # the default of ANIMEGAMER_DUTY_SECONDS
@@ -74,7 +74,11 @@ class Settings(BaseSettings):
     # Stuck this long (the event loop blocked, a duty's round unfinished, Discord silent), a bot fails /livez and its
     # orchestrator restarts it (bot/liveness.py); longer than the renew deadline, so its duties have moved by then.
     liveness_seconds: float = Field(default=20.0, gt=0)
-    lease_seconds: float = Field(default=30.0, ge=1.0)  # a running turn's worker unseen this long is gone
+    # A running turn's worker renews its claim on the turn every third of this; unseen this long, it is gone.
+    # (ANIMEGAMER_LEASE_SECONDS, its earlier name, is still read.)
+    claim_seconds: float = Field(
+        default=30.0, ge=1.0, validation_alias=AliasChoices("ANIMEGAMER_CLAIM_SECONDS", "ANIMEGAMER_LEASE_SECONDS")
+    )
     pickup_timeout: float = Field(default=0.0, ge=0)  # seconds a turn waits for a worker; 0: 3x its ETA, >= 2 min
     db_busy_timeout: float = Field(default=5.0, gt=0)  # seconds a SQLite write waits for another writer
     fair_queue: bool = True  # each server gets its share of the workers (game.schedule); false: first come first served
@@ -160,6 +164,15 @@ def encoded_secret(url: str) -> str:
     credentials, _, place = rest.rpartition("@")
     user, colon, password = credentials.partition(":")
     return f"{scheme}://{quote(unquote(user), safe='')}{colon}{quote(unquote(password), safe='')}@{place}"
+
+
+def variable_of(field: str) -> str:
+    """The environment variable a setting is read from (for one renamed, its name now)."""
+    info = Settings.model_fields[field]
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        alias = alias.choices[0]
+    return str(alias or info.alias or f"ANIMEGAMER_{field.upper()}")
 
 
 def settings_at_odds(settings: Settings) -> str | None:

@@ -5,7 +5,8 @@
   turn stuck in a GPU call looks like.
 - A turn whose instruction says "slowly" runs the real pipeline with each denoising step taking at least
   ``SLOW_STEP_SECONDS``, so a test has time to act while it runs (cancel it, kill its worker).
-- A turn whose instruction says "crawl" is the same at ``CRAWL_STEP_SECONDS`` a step: about half a minute.
+- A turn whose instruction says "crawl" is the same at ``CRAWL_STEP_SECONDS`` a step: over a minute, so that it still
+  runs after a test has killed, waited out and replaced another worker on a loaded machine.
 - A turn whose instruction says "dawdle" runs the real pipeline with every progress write stalling
   ``STORE_STALL_SECONDS`` in the result store, so its soft time limit lands while progress is being stored.
 - A turn whose instruction says "stranger" returns a real result made for another job id: a result that
@@ -31,7 +32,7 @@ from worker.pipeline.pipeline import AnimeGamerPipeline
 from worker.safety import LABELS, NudeNetChecker
 
 SLOW_STEP_SECONDS = 0.2
-CRAWL_STEP_SECONDS = 0.6
+CRAWL_STEP_SECONDS = 1.5
 STORE_STALL_SECONDS = 1.0
 FLAGGED_SCORE = 0.97
 

@@ -333,10 +333,10 @@ def test_the_health_probe_passes_on_ready_and_fails_on_not_ready_or_no_answer(en
 
 
 def test_every_setting_the_program_reads_is_documented_in_the_env_example() -> None:
-    from relay.settings import Settings
+    from relay.settings import Settings, variable_of
 
-    for name, field in Settings.model_fields.items():
-        variable = field.validation_alias or field.alias or f"ANIMEGAMER_{name.upper()}"
+    for name in Settings.model_fields:
+        variable = variable_of(name)
         assert variable in SETTINGS, f"{variable} is read by the program but missing from .env.example"
 
 

@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from relay.settings import Settings
+from relay.settings import Settings, variable_of
 from tests.test_deploy import NOT_FOR_WORKERS
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (.[test])")
@@ -405,10 +405,7 @@ NOT_PASSED = {
 
 
 def test_every_setting_the_program_reads_reaches_the_pod_that_reads_it_or_is_named_here_with_why() -> None:
-    read = {
-        field.validation_alias or field.alias or f"ANIMEGAMER_{name.upper()}"
-        for name, field in Settings.model_fields.items()
-    }
+    read = {variable_of(name) for name in Settings.model_fields}
     docs = rendered("base")
     given = {
         variable

@@ -48,3 +48,40 @@ def test_importing_the_relay_the_bot_and_the_task_builds_no_celery_app() -> None
         "bot.app, worker.tasks; print(len(list(state._apps)))"
     )
     assert subprocess.check_output([sys.executable, "-c", code], text=True, cwd=ROOT).strip() == "0"
+
+
+# The bot's duties that run beside discord.py, and the modules only they use.
+BACKGROUND = [
+    "bot/outbox.py",
+    "bot/supervisor.py",
+    "bot/rounds.py",
+    "bot/delivery.py",
+    "bot/notices.py",
+    "bot/retention.py",
+    "bot/leases.py",
+    "bot/liveness.py",
+    "bot/presence.py",
+    "bot/suggestions.py",
+]
+# bot.buttons is not one of them: the delivery attaches its result view (Reroll, Continue) to each post it makes.
+COMMAND_MODULES = ("bot.turns", "bot.cogs")
+
+
+def test_background_services_import_no_command_module() -> None:
+    """What a duty shares with the commands (making a turn, its texts, its limits) lives in a module of its own
+    (bot/making.py, bot/cards.py, bot/outbox.py), so no duty reaches a command's code by the way."""
+    crossings = {}
+    for name in BACKGROUND:
+        path = ROOT / name
+        modules = {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.module
+        } | {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        crossings[name] = sorted(m for m in modules if m.startswith(COMMAND_MODULES))
+    assert {name: found for name, found in crossings.items() if found} == {}

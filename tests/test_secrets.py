@@ -7,6 +7,7 @@ import ipaddress
 import os
 import subprocess
 import sys
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -47,6 +48,20 @@ def test_an_encoded_url_is_left_as_it_is():
     assert encoded_secret("sqla+sqlite:///data/broker.db") == "sqla+sqlite:///data/broker.db"
 
 
+def check_with(folder: Path, settings: dict[str, str]) -> tuple[int, str]:
+    """``animegamer check --worker`` in ``folder`` with only these ANIMEGAMER_* settings: its exit code and output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "animegamer", "check", "--worker"],
+        env={**env, **settings, "ANIMEGAMER_DATA_DIR": str(folder)},
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
 @pytest.mark.parametrize(
     ("variable", "url"),
     [
@@ -58,16 +73,7 @@ def test_an_encoded_url_is_left_as_it_is():
 def test_a_url_no_client_can_read_ends_the_command_with_one_line_naming_the_setting_never_the_url(
     tmp_path, variable, url
 ):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "animegamer", "check", "--worker"],
-        env={**env, variable: url, "ANIMEGAMER_DATA_DIR": str(tmp_path)},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    said = (done.stdout + done.stderr).strip()
-    assert done.returncode == 2 and len(said.splitlines()) == 1, said
+    code, said = check_with(tmp_path, {variable: url})
+    assert code == 2 and len(said.splitlines()) == 1, said
     assert said.startswith(f"{variable} cannot be read as a URL") and "percent-encode" in said
     assert "s3cret" not in said and "cache" not in said and "Traceback" not in said

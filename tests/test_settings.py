@@ -3,14 +3,11 @@ work."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from pydantic import ValidationError
 
 from relay.settings import Settings, settings_at_odds
+from tests.test_secrets import check_with
 
 
 def settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
@@ -67,17 +64,8 @@ def test_the_unconditional_half_is_skipped_where_w_is_within_a_thousandth_of_1_b
 
 def test_a_broker_timeout_the_outbox_hold_cannot_outlast_ends_every_command_with_one_line_naming_both(tmp_path):
     """Before, the outbox was never sure its hold outlasted a send: nothing was ever sent, and nothing said so."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "animegamer", "check", "--worker"],
-        env={**env, "ANIMEGAMER_BROKER_TIMEOUT": "10", "ANIMEGAMER_DATA_DIR": str(tmp_path)},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    said = (done.stdout + done.stderr).strip()
-    assert done.returncode == 2 and len(said.splitlines()) == 1, said
+    code, said = check_with(tmp_path, {"ANIMEGAMER_BROKER_TIMEOUT": "10"})
+    assert code == 2 and len(said.splitlines()) == 1, said
     assert said.startswith("ANIMEGAMER_BROKER_TIMEOUT (10 s) must be") and "ANIMEGAMER_DUTY_SECONDS (10 s)" in said
 
 
@@ -96,3 +84,12 @@ def test_settings_at_odds_with_the_duty_hold_are_named_together(field, value, na
 
 def test_the_default_settings_work_together() -> None:
     assert settings_at_odds(Settings()) is None
+
+
+def test_a_workers_claim_length_is_read_by_its_name_now_and_by_its_earlier_one(monkeypatch) -> None:
+    """ANIMEGAMER_CLAIM_SECONDS was ANIMEGAMER_LEASE_SECONDS, a word the bot's holds on duties use: a deployment
+    that still sets the old name keeps its value."""
+    monkeypatch.setenv("ANIMEGAMER_LEASE_SECONDS", "12")
+    assert Settings(_env_file=None).claim_seconds == 12
+    monkeypatch.setenv("ANIMEGAMER_CLAIM_SECONDS", "9")
+    assert Settings(_env_file=None).claim_seconds == 9

@@ -89,17 +89,17 @@ def _hand_back_on_sigterm() -> None:
 
 
 class Heartbeat:
-    """A thread that renews this process's claims and its presence, every third of the lease.
+    """A thread that renews this process's claims and its presence, every third of its claims' length.
 
     It runs beside the turn, so a turn busy in one long GPU call still keeps its claim; a
-    process that dies stops renewing, and its claims lapse after one lease.
+    process that dies stops renewing, and its claims lapse after one length.
     """
 
-    def __init__(self, control: JobControl, owner: str, lease: float, queues: list[str], model: str) -> None:
-        self.control, self.owner, self.lease = control, owner, lease
+    def __init__(self, control: JobControl, owner: str, claim_seconds: float, queues: list[str], model: str) -> None:
+        self.control, self.owner, self.claim_seconds = control, owner, claim_seconds
         self.presence = Presence(owner, tuple(queues), model)  # what the bot and `animegamer check` see of it
         self.holding: set[str] = set()
-        self.lost: set[str] = set()  # claims another worker took (this one was frozen or cut off past its lease)
+        self.lost: set[str] = set()  # claims another worker took (this one was frozen or cut off past its claim)
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="animegamer-heartbeat", daemon=True)
 
@@ -109,15 +109,15 @@ class Heartbeat:
     def _run(self) -> None:
         while True:
             try:
-                lost = self.control.renew(list(self.holding), self.owner, self.lease)
+                lost = self.control.renew(list(self.holding), self.owner, self.claim_seconds)
                 for task_id in lost:
                     log.warning("turn %s: its claim is another worker's now; stopping it at the next step", task_id)
                     self.holding.discard(task_id)
                 self.lost |= lost
-                self.control.announce(self.presence, self.lease)
+                self.control.announce(self.presence, self.claim_seconds)
             except Exception as exc:  # a store that is down now may be back at the next beat
                 log.warning("heartbeat not recorded: %s", exc)
-            self._wake.wait(self.lease / 3)
+            self._wake.wait(self.claim_seconds / 3)
 
 
 class PipelineTask(Task):
@@ -184,7 +184,7 @@ class PipelineTask(Task):
             settings = get_settings()
             owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
             queues = served_queues(settings)
-            self._heartbeat = Heartbeat(self.control, owner, settings.lease_seconds, queues, settings.model)
+            self._heartbeat = Heartbeat(self.control, owner, settings.claim_seconds, queues, settings.model)
             self._heartbeat.start()
         return self._heartbeat
 
@@ -207,7 +207,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
 
     task_id: str = self.request.id
     heartbeat = self.heartbeat
-    claim = self.control.claim(task_id, heartbeat.owner, heartbeat.lease)
+    claim = self.control.claim(task_id, heartbeat.owner, heartbeat.claim_seconds)
     if claim is not Claim.CLAIMED:
         log.info("turn %s (job %s) not run: %s", task_id, turn.job_id, claim)
         raise Ignore()
@@ -258,7 +258,7 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
         try:
             task.control.release(task_id, heartbeat.owner)  # the next worker to get the message may claim it at once
         except Exception as exc:
-            log.warning("claim of %s not released (%s); it lapses in one lease", task_id, exc)
+            log.warning("claim of %s not released (%s); it lapses on its own", task_id, exc)
         log.warning("turn %s (job %s) handed back: this worker is stopping", task_id, turn.job_id)
         raise Reject("the worker is stopping", requeue=True) from None
     except ClaimLost:

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import discord
 
     from bot.app import AnimeGamerBot
+    from bot.clip_store import UnsharedClips
     from db.migrate import SchemaNotCurrent
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded queue's files and the clips live there
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except discord.LoginFailure:
         print("Discord refused DISCORD_TOKEN: it is wrong or was reset; copy a fresh one.", file=sys.stderr)
         return 1
-    except SchemaNotCurrent as refused:
+    except (SchemaNotCurrent, UnsharedClips) as refused:
         print(refused, file=sys.stderr)
         return 1
 

@@ -229,7 +229,7 @@ async def test_a_made_turn_whose_clip_the_full_disk_refuses_waits_tells_the_play
 
 @pytest.mark.parametrize("broker", ["sqlite", "redis"])
 async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double, tmp_path):
-    first = faulty_worker(tmp_path, broker, ANIMEGAMER_LEASE_SECONDS="3")
+    first = faulty_worker(tmp_path, broker, ANIMEGAMER_CLAIM_SECONDS="3")
     settings = settings_beside(first, tmp_path)
     second = None
     try:
@@ -284,7 +284,7 @@ def signal_all(worker: Worker, sig: int) -> None:
 
 
 async def test_a_worker_frozen_past_its_lease_stops_the_turn_another_took_and_it_is_posted_once(double, tmp_path):
-    first = faulty_worker(tmp_path, "redis", ANIMEGAMER_LEASE_SECONDS="3")
+    first = faulty_worker(tmp_path, "redis", ANIMEGAMER_CLAIM_SECONDS="3")
     settings = settings_beside(first, tmp_path)
     second = None
     try:

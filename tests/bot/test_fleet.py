@@ -65,11 +65,14 @@ def clip_messages(double: DiscordDouble) -> dict[int, int]:
     return seen
 
 
-def clip_posts_made(double: DiscordDouble) -> dict[int, int]:
-    """Job id -> how many create-message calls carried its clip: every call a process made, before Discord's nonce
-    folds a repeat into the first message."""
+def clip_posts_made(double: DiscordDouble, answered: bool = False) -> dict[int, int]:
+    """Job id -> how many create-message calls carried its clip: every call a process made (``answered``: every call
+    Discord answered with the message, leaving out the ones a fault refused), before Discord's nonce folds a repeat
+    into the first message."""
     made: dict[int, int] = {}
     for call in double.calls_to("POST", r"/channels/\d+/messages"):
+        if answered and call.status != 200:
+            continue
         for upload in call.files:
             found = CLIP.fullmatch(upload.filename)
             if found:
@@ -97,11 +100,11 @@ async def fleet(
     Redis and an S3 store (SeaweedFS) that keeps the clips. By default all on the one shard of one loopback Discord,
     started one after another, the newest taking the interactions (a rolling deploy); with ``shard_ids`` each bot
     connects only its own shards of ``len(shard_ids)`` (SHARD_COUNT, SHARD_IDS); ``together`` starts them at once.
-    ``store``: one the test started (and stops), to look into. ``clocks``: a bot's wall clock shifted by libfaketime
-    (``{"new": "+30s"}``); its monotonic clock is left alone, as NTP leaves it. ``discord_host``: the name a bot
-    reaches Discord by (``localhost``, so that a fault takes its requests alone). ``faulty_worker``: the worker's
-    settings, and it runs ``tests.faulty_worker`` (turns that misbehave on request). ``bot_env``: settings of one bot
-    alone, by its name."""
+    ``store``: one the test started (and stops), to look into. ``clocks``: a bot's wall clock (or the worker's,
+    ``"worker"``) shifted by libfaketime (``{"new": "+90s"}``); its monotonic clock is left alone, as NTP leaves it.
+    ``discord_host``: the name a bot reaches Discord by (``localhost``, so that a fault takes its requests alone).
+    ``faulty_worker``: the worker's settings, and it runs ``tests.faulty_worker`` (turns that misbehave on request).
+    ``bot_env``: settings of one bot alone, by its name."""
     faketime = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
     if clocks and faketime is None:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
@@ -109,8 +112,18 @@ async def fleet(
     store = store or S3Server(tmp_path / "seaweedfs")
     if own_store:
         store.start()
+
+    def shifted(name: str) -> dict[str, str]:  # preloaded into that process alone, which the test then stops
+        if not clocks or name not in clocks:
+            return {}
+        return {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
     gpu = tmp_path / "gpu-machine"
-    env_of_worker = {**worker_env(gpu / "data", redis_url, **(faulty_worker or {})), **machine(gpu)}
+    env_of_worker = {
+        **worker_env(gpu / "data", redis_url, **(faulty_worker or {})),
+        **machine(gpu),
+        **shifted("worker"),
+    }
     if faulty_worker is None:
         worker = start_worker(env_of_worker, cwd=gpu)
     else:  # run from the repository, where its module is
@@ -119,7 +132,11 @@ async def fleet(
     try:
         async with DiscordDouble(guilds, strict=True) as double:
             env = {
-                **{k: v for k, v in worker.env.items() if not k.startswith(("ANIMEGAMER_", "HOME", "TMPDIR"))},
+                **{
+                    k: v
+                    for k, v in worker.env.items()
+                    if not k.startswith(("ANIMEGAMER_", "HOME", "TMPDIR", "LD_PRELOAD", "FAKETIME"))
+                },
                 **discord_env(double),
                 "ANIMEGAMER_BROKER_URL": redis_url,
                 "ANIMEGAMER_RESULT_BACKEND": redis_url,
@@ -136,10 +153,7 @@ async def fleet(
             for i, name in enumerate(names):
                 folder = tmp_path / f"{name}-bot"
                 shards = {"SHARD_COUNT": str(len(shard_ids)), "SHARD_IDS": shard_ids[i]} if shard_ids else {}
-                clock = {}
-                if clocks and name in clocks:  # preloaded into the bot's own process, which the test then stops
-                    clock = {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-                env_of = {**env, **shards, **clock, **machine(folder), **(bot_env or {}).get(name, {})}
+                env_of = {**env, **shards, **shifted(name), **machine(folder), **(bot_env or {}).get(name, {})}
                 if discord_host and name in discord_host:
                     env_of["DISCORD_API_BASE"] = double.api_base_for(discord_host[name])
                 bot = BotProcess(bot_argv(), env_of, folder / "bot.log", cwd=folder)

@@ -28,7 +28,7 @@ from tests.workers import machine, start_worker, worker_env
 
 pytestmark = pytest.mark.slow  # two bot processes, three workers, PostgreSQL and Redis
 
-CRAWL = {"motion": "crawl", "background": "day town"}  # tests.faulty_worker: about half a minute
+CRAWL = {"motion": "crawl", "background": "day town"}  # tests.faulty_worker: over a minute
 SLOW = {"motion": "slowly wave", "background": "day town"}  # 10 s or more
 WORKER_LEASE = "3"  # a worker's claim lapses 3 s after it stops renewing it; the bots allow 30 s before a hand-back
 
@@ -76,7 +76,7 @@ async def test_a_bot_paused_mid_tick_wakes_and_changes_nothing_another_moved_sin
         names=("live", "paused"),
         extra_env={"ANIMEGAMER_PROGRESS_EDIT_SECONDS": "1"},
         discord_host={"paused": "localhost"},
-        faulty_worker={"ANIMEGAMER_LEASE_SECONDS": WORKER_LEASE},
+        faulty_worker={"ANIMEGAMER_CLAIM_SECONDS": WORKER_LEASE},
     ) as (double, bots):
         live, paused = bots
         assert paused.proc is not None
@@ -85,7 +85,7 @@ async def test_a_bot_paused_mid_tick_wakes_and_changes_nothing_another_moved_sin
         def another_worker(name: str):
             env = worker_env(tmp_path / name / "data", redis_url, ANIMEGAMER_QUEUE=queue)
             return start_worker(
-                {**env, **machine(tmp_path / name), "ANIMEGAMER_LEASE_SECONDS": WORKER_LEASE}, "tests.faulty_worker"
+                {**env, **machine(tmp_path / name), "ANIMEGAMER_CLAIM_SECONDS": WORKER_LEASE}, "tests.faulty_worker"
             )
 
         await setup_servers(double, guilds, [alice, bob])

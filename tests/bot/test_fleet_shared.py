@@ -7,6 +7,7 @@ Split from test_fleet.py (its helpers live there) so that the fleet's tests run 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +18,10 @@ from tests.bot.helpers import accepted, private_text
 from tests.bot.test_fleet import clip_messages, database_at, fleet, fleet_database, logs
 from tests.bot.test_story import PLAYERS as PLAYERS_IN_STORY
 from tests.bot.test_story import begin_story
-from tests.crowd import burst, crowd, late, settle, setup_servers
-from tests.discord_double import Guild
+from tests.crowd import BotProcess, bot_argv, burst, crowd, discord_env, late, settle, setup_servers
+from tests.discord_double import DiscordDouble, Guild
 from tests.s3_server import S3Server
+from tests.workers import machine
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL, Redis and SeaweedFS
 
@@ -96,3 +98,35 @@ async def test_two_bots_started_together_on_an_older_schema_migrate_it_once_and_
     assert sorted(migrated) == [0, 1], (migrated, logs(bots))
     assert late(handles) == 0 and len(jobs) == len(players), logs(bots)
     assert set(clip_messages(double).values()) == {1}, logs(bots)
+
+
+async def test_a_bot_whose_clip_folder_is_not_the_running_ones_refuses_to_start_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """Two bot processes of one game (one database), each in a folder of its own with no ANIMEGAMER_CLIP_STORE: a
+    turn one applied and the other posted went out without its clip (3 of 6 measured from outside). The second
+    refuses to start, in one line naming the setting and its folder; the first plays on."""
+    database = f"sqlite+aiosqlite:///{tmp_path / 'game.db'}"
+    async with DiscordDouble([Guild()], strict=True) as double:
+
+        def bot_in(name: str) -> BotProcess:
+            folder = tmp_path / name
+            env = {**os.environ, **discord_env(double), **machine(folder), "ANIMEGAMER_MODEL": "tiny"}
+            env = {k: v for k, v in env.items() if not k.startswith("ANIMEGAMER_") or k in ANIMEGAMER_OF_A_BOT}
+            return BotProcess(bot_argv(), {**env, "ANIMEGAMER_DATABASE_URL": database}, folder / "bot.log", folder)
+
+        first = bot_in("first").start()
+        try:
+            await first.ready(double)
+            second = bot_in("second").start()
+            assert second.proc is not None
+            code = await asyncio.to_thread(second.proc.wait, 60)
+            still = first.proc is not None and first.proc.poll() is None
+        finally:
+            first.stop()
+    said = second.log.read_text(errors="replace").strip().splitlines()[-1]
+    assert code == 1 and still, second.log.read_text(errors="replace")[-2000:]
+    assert said.startswith("ANIMEGAMER_CLIP_STORE is not set") and str(tmp_path / "second") in said, said
+
+
+ANIMEGAMER_OF_A_BOT = {"ANIMEGAMER_DATA_DIR", "ANIMEGAMER_MODEL"}

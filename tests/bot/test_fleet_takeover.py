@@ -20,8 +20,9 @@ from relay.settings import DUTY_SECONDS
 from tests.bot.helpers import accepted
 from tests.bot.test_fleet import clip_messages, clip_posts_made, fleet, fleet_database, logs, until_all_applied
 from tests.bot.test_health import get
-from tests.crowd import BotProcess, act, burst, crowd, late, read_jobs, settle, setup_servers
-from tests.discord_double import shard_for
+from tests.crowd import CLIP, BotProcess, act, burst, crowd, late, read_jobs, settle, setup_servers
+from tests.discord_double import DiscordDouble, shard_for
+from tests.redis_server import RedisServer
 from tests.scrape import free_port
 
 pytestmark = pytest.mark.slow  # two or three bot processes, a worker, PostgreSQL and Redis
@@ -82,40 +83,58 @@ async def test_when_the_process_sending_turns_stops_or_dies_another_takes_over_a
     assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
 
 
-async def test_a_process_whose_clock_runs_30_s_ahead_never_takes_the_outbox_from_its_live_holder(
-    redis_url: str, tmp_path: Path, fleet_database: str
+async def test_a_bot_90_s_ahead_and_a_worker_90_s_behind_play_beside_true_time_and_no_turn_runs_twice(
+    tmp_path: Path, fleet_database: str
 ) -> None:
-    """Two bots on one PostgreSQL, the newer one's wall clock 30 s ahead (libfaketime). The lease is written and
-    compared on the database's clock, so the first keeps the outbox through a burst (each turn sent once); killed
-    (SIGKILL), it is taken over once its lease runs out, not 30 s early or late."""
+    """Two bots on one PostgreSQL, the newer one's wall clock 90 s ahead and the worker's 90 s behind (libfaketime),
+    on a Redis started a moment ago, as in a fleet's first minute. Every deadline is written and compared on the
+    database's clock, so the first bot keeps the outbox through a burst, each turn is sent once and none expires;
+    killed (SIGKILL), it is taken over once its lease runs out, not 90 s early or late. Before, the bot ahead placed
+    the broker's start 90 s late, took every turn sent before that for one the broker had lost, and had it sent and
+    made again (29 of the first 95 turns of a soak)."""
     guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, clocks={"new": "+30s"}) as (double, bots):
-        await setup_servers(double, guilds, players)
-        old = bots[0].proc.pid
-        held_at_start = await outbox_holder(fleet_database)
-        handles = await burst(double, players)
-        jobs = await settle(double, fleet_database, handles, timeout=180)
-        held_after_burst = await outbox_holder(fleet_database)
-        killed = time.monotonic()
-        bots[0].proc.kill()
-        await until_taken_over(fleet_database, old, bots)  # by the other: the only one left
-        takeover = time.monotonic() - killed
-    print(f"clock 30 s ahead: outbox taken over {takeover:.1f} s after SIGKILL")
+    fresh = RedisServer(tmp_path / "redis")  # its uptime under 90 s for the whole test
+    fresh.start()
+    clocks = {"new": "+90s", "worker": "-90s"}
+    try:
+        async with fleet(tmp_path, fresh.url(0), fleet_database, guilds, clocks=clocks) as (double, bots):
+            await setup_servers(double, guilds, players)
+            old = bots[0].proc.pid
+            held_at_start = await outbox_holder(fleet_database)
+            handles = await burst(double, players)
+            jobs = await settle(double, fleet_database, handles, timeout=180)
+            held_after_burst = await outbox_holder(fleet_database)
+            killed = time.monotonic()
+            bots[0].proc.kill()
+            await until_taken_over(fleet_database, old, bots)  # by the other: the only one left
+            takeover = time.monotonic() - killed
+    finally:
+        fresh.stop()
+    print(f"a bot 90 s ahead, the worker 90 s behind: outbox taken over {takeover:.1f} s after SIGKILL")
     assert (held_at_start, held_after_burst) == (old, old), logs(bots)
     assert takeover < DUTY_SECONDS + 5, takeover
     sends = [line for bot in bots for line in bot.log.read_text(errors="replace").splitlines() if " sent to " in line]
     assert len(sends) == len(jobs) == len(players), (sends, logs(bots))
     assert set(clip_messages(double).values()) == {1}, logs(bots)
+    assert {status for _, status, *_ in jobs} == {JobStatus.DONE}, logs(bots, jobs)  # none expired, none failed
 
 
-async def test_the_turns_of_a_killed_processs_shard_are_posted_by_another_within_the_lease(
+async def test_a_killed_processs_shard_is_posted_by_another_and_handed_back_under_a_backlog_one_call_a_turn(
     redis_url: str, tmp_path: Path, fleet_database: str
 ) -> None:
-    """SHARD_COUNT=2, a process a shard. Discord holds every post (429s) while the turns are made; the process of
-    shard 0 is killed (SIGKILL) with its server's turns unposted. The other stands in for shard 0 once its posting
-    lease runs out and posts them, each once."""
-    guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1")) as (double, bots):
+    """SHARD_COUNT=2, a process a shard, each posting one turn at a time. Discord holds every post (429s) while the
+    turns are made; the process of shard 0 is killed (SIGKILL) with its server's turns unposted. The other stands in
+    for shard 0 once its posting lease runs out; Discord now takes 3 s a message, so its posts queue, and shard 0's
+    process is started again after its first one: it takes its shard back at once, the stand-in leaves its queued
+    posts of shard 0 to it (asked right before each create-message) and it posts them once the stand-in's lease has
+    run out. Each turn reaches create-message once (calls counted, not messages: Discord's nonce would fold a second
+    call into the first message). Before, a post queued behind its slot went out from both."""
+    guilds, players = crowd(6, guilds=2)
+    one_at_a_time = {"ANIMEGAMER_DELIVERY_CONCURRENCY": "1"}
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1"), extra_env=one_at_a_time) as (
+        double,
+        bots,
+    ):
         await setup_servers(double, guilds, players)
         double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
         handles = await burst(double, players)
@@ -125,16 +144,27 @@ async def test_the_turns_of_a_killed_processs_shard_are_posted_by_another_within
         bots[0].proc.wait(10)
         killed = time.monotonic()
         double.clear_faults()
-        lost = [p for p in players if shard_for(p.guild.id, 2) == 0]
-        await settle(double, fleet_database, [h for h, p in zip(handles, players, strict=True) if p in lost], 120)
+        double.fail("POST", r"/channels/\d+/messages", status=0, delay=3.0, times=None)  # a slow Discord
+        shard_0 = {guild.id for guild in guilds if shard_for(guild.id, 2) == 0}
+        await double.wait_until(lambda: clips_posted_in(double, shard_0), 120, "a clip posted in shard 0's server")
         takeover = time.monotonic() - killed
+        bots[0].start()
+        await bots[0].ready(double, ("act",))
         jobs = await settle(double, fleet_database, handles, timeout=120)
-    posted = clip_messages(double)
+    posted, calls = clip_messages(double), clip_posts_made(double, answered=True)
     print(f"a shard's process killed: its turns posted by the other {takeover:.1f} s after SIGKILL")
     assert sorted(posted) == sorted(job_id for job_id, *_ in jobs), logs(bots)  # none lost
-    assert set(posted.values()) == {1}, (posted, logs(bots))  # none twice
+    assert set(calls.values()) == {1}, (calls, logs(bots))  # one create-message call each
     assert "posting the turns of shards [0, 1] of 2" in bots[1].log.read_text(errors="replace"), logs(bots)
     assert takeover < DUTY_SECONDS * 4 / 3 + 10, takeover
+
+
+def clips_posted_in(double: DiscordDouble, guild_ids: set[int]) -> int:
+    return sum(
+        1
+        for message in double.messages()
+        if message.guild_id in guild_ids and any(CLIP.fullmatch(a["filename"]) for a in message.attachments)
+    )
 
 
 SLOW = {"motion": "slowly wave", "background": "day town"}  # tests.faulty_worker: 10 s or more

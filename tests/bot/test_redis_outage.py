@@ -123,7 +123,7 @@ async def test_a_turn_running_when_redis_restarts_is_finished_and_posted_once(do
     server = RedisServer(tmp_path / "redis")
     server.start()
     worker = start_worker(
-        worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_LEASE_SECONDS="6")
+        worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_CLAIM_SECONDS="6")
     )
     settings = bot_settings_for(worker, tmp_path)
     try:
@@ -149,7 +149,7 @@ async def test_a_turn_made_while_the_bot_is_down_and_forgotten_by_a_restarted_re
     server = RedisServer(tmp_path / "redis")
     server.start()
     worker = start_worker(
-        worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_NUM_STEPS="200", ANIMEGAMER_LEASE_SECONDS="6")
+        worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_NUM_STEPS="200", ANIMEGAMER_CLAIM_SECONDS="6")
     )
     settings = bot_settings_for(worker, tmp_path)
     try:

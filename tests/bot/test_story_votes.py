@@ -10,7 +10,7 @@ from sqlalchemy import select, update
 
 from db.base import utcnow
 from db.engine import make_engine, make_sessionmaker
-from db.models import Job, StoryProposal, StoryRound, StoryVote, Turn
+from db.models import Job, RoundStatus, StoryProposal, StoryRound, StoryVote, Turn
 from tests.bot.conftest import read_db, running_bot, wait_for_db
 from tests.bot.helpers import private_text
 from tests.discord_double import member
@@ -113,6 +113,27 @@ async def test_a_proposal_with_a_blocked_term_is_refused_privately_and_never_sho
     assert "term this server blocks" in text
     assert await read_db(bot_settings, select(StoryProposal.id)) == []
     assert not [m for m in double.messages(double.guild.channel.id) if m.content.startswith("🗳️")]
+
+
+async def test_a_winner_whose_term_was_blocked_after_it_was_proposed_is_not_played_and_the_round_closes(
+    double, bot_settings
+):
+    """A vote's winner is made by the one function that makes every turn (bot/making.py), so its checks apply to it
+    at the moment it is made: here the blocked terms, which /act checks too. Before, the round's own code made the
+    winner with none of them, a term blocked during the vote included."""
+    moderator = member("mod", manage_guild=True)
+    async with running_bot(double, bot_settings):
+        await start_vote_story(double)
+        assert "Proposed for round 1" in await propose(double, ALICE)  # "gently fly on broomstick", in a "night sky"
+        message = await round_message(double, proposals=1)
+        await vote(double, message, 0, VOTERS[0])
+        await (await double.slash("admin terms add", {"term": "broomstick"}, user=moderator)).answer()
+        closed = private_text(await (await double.slash("story close", user=ALICE)).answer())
+        await asyncio.sleep(1.5)  # a tick of the round loop: nothing is made later either
+        rounds = await read_db(bot_settings, select(StoryRound.status, StoryRound.turn_id).order_by(StoryRound.id))
+    assert "Round 1 is closed" in closed
+    assert await read_db(bot_settings, select(Job.id)) == []  # no turn, no job
+    assert rounds[0] == (RoundStatus.CLOSED, None)
 
 
 async def test_act_in_a_vote_story_points_to_propose(double, bot_settings):

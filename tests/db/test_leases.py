@@ -128,7 +128,7 @@ async def test_a_process_whose_clock_runs_ahead_neither_takes_a_live_lease_nor_s
 
 async def _take_many(sessions: Sessions, names: list[str], holder: str, at, owner: bool = False) -> set[str]:
     async with sessions() as s, s.begin():
-        return await take_many(s, names, holder, at + MINUTE, at, owner=owner)
+        return set(await take_many(s, names, holder, at + MINUTE, at, owner=owner))
 
 
 async def test_a_stand_in_posts_a_dead_owners_shard_until_the_owner_is_back_and_takes_it_at_once(
@@ -153,3 +153,22 @@ async def test_a_stopping_process_gives_up_its_posting_leases_and_nothing_else_i
         await give_up_all(s, "post:", ["a", "a" + STANDING_IN])
     assert await _take_many(sessions, ["post:0", "post:1"], "b", utcnow(), owner=True) == {"post:0", "post:1"}
     assert await _holder(sessions) == "a"
+
+
+async def test_an_owner_taking_its_shard_back_from_a_live_stand_in_posts_once_the_stand_ins_lease_has_run_out(
+    sessions: Sessions,
+) -> None:
+    """Until its lease runs out the stand-in may still be sure it posts the shard (it learns otherwise at its next
+    renewal): the owner is told to wait till then, and a shard free or its own it may post at once."""
+    now = utcnow()
+    async with sessions() as s, s.begin():
+        assert set(await take_many(s, ["post:0"], "a" + STANDING_IN, now + MINUTE, now)) == {"post:0"}
+    soon = now + timedelta(seconds=5)
+    async with sessions() as s, s.begin():
+        took = await take_many(s, ["post:0", "post:1"], "b", soon + MINUTE, soon, owner=True)
+    assert set(took) == {"post:0", "post:1"}
+    assert abs(took["post:0"] - (now + MINUTE)) < timedelta(milliseconds=1)  # the stand-in's expiry
+    assert took["post:1"] == soon  # nobody held it
+    async with sessions() as s, s.begin():
+        renewed = await take_many(s, ["post:0"], "b", soon + 2 * MINUTE, soon + MINUTE, owner=True)
+    assert renewed == {"post:0": soon + MINUTE}  # its own now

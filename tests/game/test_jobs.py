@@ -25,7 +25,7 @@ from game.jobs import (
 )
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-LIMITS = Limits(lease=timedelta(seconds=30), run=timedelta(seconds=120), pickup=timedelta(seconds=60), attempts=2)
+LIMITS = Limits(claim=timedelta(seconds=30), run=timedelta(seconds=120), pickup=timedelta(seconds=60), attempts=2)
 Q, R = JobStatus.QUEUED, JobStatus.RUNNING
 
 
@@ -140,15 +140,15 @@ def test_final_jobs_never_move(status: JobStatus, seen: Seen) -> None:
 
 
 def test_the_automatic_pickup_timeout_is_a_few_etas_and_never_under_the_minimum() -> None:
-    auto = Limits(lease=timedelta(seconds=30), run=timedelta(seconds=60))
+    auto = Limits(claim=timedelta(seconds=30), run=timedelta(seconds=60))
     assert auto.pickup_for(timedelta(seconds=10)) == auto.min_pickup
     assert auto.pickup_for(timedelta(minutes=10)) == timedelta(minutes=30)
     assert LIMITS.pickup_for(timedelta(hours=5)) == LIMITS.pickup  # a setting is the setting
 
 
 def test_each_state_gets_its_owners_deadline() -> None:
-    assert deadline_after(Event.STARTED, NOW, LIMITS) == NOW + LIMITS.lease
-    assert deadline_after(Event.BEAT, NOW, LIMITS) == NOW + LIMITS.lease
+    assert deadline_after(Event.STARTED, NOW, LIMITS) == NOW + LIMITS.claim
+    assert deadline_after(Event.BEAT, NOW, LIMITS) == NOW + LIMITS.claim
     assert deadline_after(Event.HANDED_BACK, NOW, LIMITS) == NOW + LIMITS.pickup
     for event in (Event.SUCCEEDED, Event.FAILED, Event.CANCELLED, Event.EXPIRED):
         assert deadline_after(event, NOW, LIMITS) is None
@@ -298,7 +298,7 @@ class JobLife(RuleBasedStateMachine):
                     self._apply(event)
                 if self.worker == "working":
                     self.worker = "died"
-                self.now += LIMITS.lease * 2
+                self.now += LIMITS.claim * 2
         raise AssertionError(f"the job never ended: {self.job}")
 
 

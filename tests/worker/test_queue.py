@@ -53,7 +53,7 @@ def test_a_turn_whose_worker_is_killed_mid_task_is_redelivered_not_lost(broker, 
     # A long turn (1,000 denoising steps) so the kill lands mid-task, and a short visibility timeout.
     # The dead worker's claim lapses after its lease (2 s), before the broker hands the message on.
     env = worker_env(
-        tmp_path, url, ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_VISIBILITY_TIMEOUT="3", ANIMEGAMER_LEASE_SECONDS="2"
+        tmp_path, url, ANIMEGAMER_NUM_STEPS="1000", ANIMEGAMER_VISIBILITY_TIMEOUT="3", ANIMEGAMER_CLAIM_SECONDS="2"
     )
     doomed = start_worker(env)
     async_result = send_turn(doomed, f"kill-{broker}")
