@@ -16,11 +16,14 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch first, on its own, so that nothing later pulls a multi-GB CUDA build on a CPU machine.
+# torch first, on its own, so that nothing later pulls a multi-GB CUDA build on a CPU machine. pip compiles every
+# installed module one at a time; compileall does the same on every core (a fresh venv here: 81 s before, 66 s now).
+# Like pip, it skips files it cannot compile (a package's Python 2 examples), so its exit status is not the build's.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q --no-compile $(TORCH_SPEC)
+	$(BIN)/pip install -q --no-compile -e ".[test]"
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -187,10 +187,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         )
         self.sessions = make_sessionmaker(self.engine)
         if isinstance(self.clips, FolderStore):  # every process of a game must see one folder, or clips go missing
-            async with self.sessions() as session:
-                live = await live_holders(session)
-            await asyncio.to_thread(self.clips.mark, self.process)
-            self.clips.check_shared(live - {self.process})
+            await self._check_clip_folder(self.clips)
         self.tree.on_error = on_app_command_error
         for extension in EXTENSIONS:
             await self.load_extension(extension)
@@ -203,6 +200,22 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.delivery.start()
         self.retention.start()
         self.rounds.start()
+
+    async def _check_clip_folder(self, clips: FolderStore) -> None:
+        """Refuse to start (``UnsharedClips``) beside a live process of this game that keeps its clips in another
+        folder. A holder that left no mark here is asked again after one lease: one whose rows came with a restored
+        backup, or that just died, has lapsed by then; a live one has renewed."""
+        await asyncio.to_thread(clips.mark, self.process)
+        apart = clips.apart(await self._live_processes())
+        if apart:
+            await asyncio.sleep(self.settings.duty_seconds)
+            apart &= await self._live_processes()
+        if apart:
+            raise clips.refuse(apart)
+
+    async def _live_processes(self) -> set[str]:
+        async with self.sessions() as session:
+            return await live_holders(session) - {self.process}
 
     def dispatch(self, event_name: str, /, *args: Any, **kwargs: Any) -> None:
         # Called as the gateway hands an interaction over, before any handler of it can run.

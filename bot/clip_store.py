@@ -106,7 +106,7 @@ class FolderStore(ClipStore):
 
     Every bot process of a game must see one folder (a volume they all mount), since any of them may apply a result
     and another post it. Each leaves a mark in it (``.fleet/<its name>``), and one that starts beside a live process
-    whose mark it cannot see refuses to start (``check_shared``).
+    whose mark it cannot see refuses to start (bot/app.py).
     """
 
     def __init__(self, root: Path) -> None:
@@ -118,25 +118,30 @@ class FolderStore(ClipStore):
         return str(self.root)
 
     def mark(self, process: str) -> None:
-        """Leave this process's mark in the folder, for the others to find."""
-        (self.root / FLEET_MARKS).mkdir(parents=True, exist_ok=True)
-        (self.root / FLEET_MARKS / process).touch()
+        """Leave this process's mark in the folder, for the others to find; a folder that refuses it (full, read
+        only, not a folder) refuses clips too, which the store's own errors say, turn by turn."""
+        try:
+            (self.root / FLEET_MARKS).mkdir(parents=True, exist_ok=True)
+            (self.root / FLEET_MARKS / process).touch()
+        except OSError as exc:
+            log.warning("clip folder %s: this process's mark not left (%s)", self.root, exc)
 
     def unmark(self, process: str) -> None:
         with contextlib.suppress(OSError):
             (self.root / FLEET_MARKS / process).unlink()
 
-    def check_shared(self, live: set[str]) -> None:
-        """Refuse (``UnsharedClips``) when a live bot process of this game left no mark here: it keeps its clips
-        in another folder."""
-        apart = sorted(process for process in live if not (self.root / FLEET_MARKS / process).exists())
-        if apart:
-            raise UnsharedClips(
-                f"ANIMEGAMER_CLIP_STORE is not set and this bot's clip folder {self.root} is not the folder of the bot "
-                f"process {apart[0]} already running on this database, so a turn one of them makes would be posted "
-                "by the other without its clip: set ANIMEGAMER_CLIP_STORE=s3://bucket/prefix for every bot process, "
-                "or give them all one folder (ANIMEGAMER_CLIP_DIR on a shared volume)."
-            )
+    def apart(self, live: set[str]) -> set[str]:
+        """The live bot processes of this game that left no mark here: they keep their clips in another folder."""
+        return {process for process in live if not (self.root / FLEET_MARKS / process).exists()}
+
+    def refuse(self, apart: set[str]) -> UnsharedClips:
+        """What a process says, and ends with, when ``apart`` keep their clips elsewhere."""
+        return UnsharedClips(
+            f"ANIMEGAMER_CLIP_STORE is not set and this bot's clip folder {self.root} is not the folder of the bot "
+            f"process {min(apart)} already running on this database, so a turn one of them makes would be posted "
+            "by the other without its clip: set ANIMEGAMER_CLIP_STORE=s3://bucket/prefix for every bot process, "
+            "or give them all one folder (ANIMEGAMER_CLIP_DIR on a shared volume)."
+        )
 
     def path(self, key: str) -> Path:
         """The key's file. A row older than keys that revision 0007 could not read as one keeps its absolute

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from bot.background import Background
 from db.engine import Sessions
-from db.leases import STANDING_IN, database_now, give_up, give_up_all, take, take_many
+from db.leases import STANDING_IN, database_now, give_up, give_up_all, lock_in_order, take, take_many
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,7 @@ class PostingShards(Background):
         async with self.sessions() as session, session.begin():
             now = await database_now(session)
             until = now + self.length
+            await lock_in_order(session, [_post(s) for s in range(count)], now)
             mine = await take_many(session, [_post(s) for s in connected], self.holder, until, now, owner=True)
             standing = await take_many(session, [_post(s) for s in others], self.holder + STANDING_IN, until, now)
         held = {int(name.removeprefix(POST_PREFIX)): since for name, since in (mine | standing).items()}

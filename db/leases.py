@@ -82,6 +82,19 @@ async def holder_of(session: AsyncSession, name: str, now: datetime | None = Non
 STANDING_IN = " (standing in)"  # a holder's suffix while it holds a lease for an owner that is gone
 
 
+async def lock_in_order(session: AsyncSession, names: list[str], now: datetime) -> None:
+    """Make the rows of these leases (free ones, where missing) and lock them in name order, before taking any of
+    them: two processes renewing overlapping sets (each the owner of one shard and a stand-in for the other) then
+    wait for each other instead of deadlocking (PostgreSQL aborted one of them, a renewal lost)."""
+    names = sorted(names)
+    if not names:
+        return
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    free = [{"name": name, "holder": "", "expires_at": now} for name in names]
+    await session.execute(dialect.insert(Lease).values(free).on_conflict_do_nothing())
+    await session.execute(select(Lease.name).where(Lease.name.in_(names)).order_by(Lease.name).with_for_update())
+
+
 async def take_many(
     session: AsyncSession, names: list[str], holder: str, until: datetime, now: datetime, *, owner: bool = False
 ) -> dict[str, datetime]:

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # two bot processes, three workers, PostgreSQL an
 
 CRAWL = {"motion": "crawl", "background": "day town"}  # tests.faulty_worker: over a minute
 SLOW = {"motion": "slowly wave", "background": "day town"}  # 10 s or more
-WORKER_LEASE = "3"  # a worker's claim lapses 3 s after it stops renewing it; the bots allow 30 s before a hand-back
+WORKER_LEASE = "3"  # a worker's claim lapses 3 s after it stops renewing it; the bots allow 20 s before a hand-back
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ async def test_a_bot_paused_mid_tick_wakes_and_changes_nothing_another_moved_sin
         database,
         guilds,
         names=("live", "paused"),
-        extra_env={"ANIMEGAMER_PROGRESS_EDIT_SECONDS": "1"},
+        extra_env={"ANIMEGAMER_PROGRESS_EDIT_SECONDS": "1", "ANIMEGAMER_CLAIM_SECONDS": "20"},
         discord_host={"paused": "localhost"},
         faulty_worker={"ANIMEGAMER_CLAIM_SECONDS": WORKER_LEASE},
     ) as (double, bots):

@@ -111,7 +111,7 @@ async def test_a_bot_whose_clip_folder_is_not_the_running_ones_refuses_to_start_
 
         def bot_in(name: str) -> BotProcess:
             folder = tmp_path / name
-            env = {**os.environ, **discord_env(double), **machine(folder), "ANIMEGAMER_MODEL": "tiny"}
+            env = {**os.environ, **discord_env(double), **machine(folder), "ANIMEGAMER_MODEL": "tiny", **QUICK_HOLD}
             env = {k: v for k, v in env.items() if not k.startswith("ANIMEGAMER_") or k in ANIMEGAMER_OF_A_BOT}
             return BotProcess(bot_argv(), {**env, "ANIMEGAMER_DATABASE_URL": database}, folder / "bot.log", folder)
 
@@ -129,4 +129,6 @@ async def test_a_bot_whose_clip_folder_is_not_the_running_ones_refuses_to_start_
     assert said.startswith("ANIMEGAMER_CLIP_STORE is not set") and str(tmp_path / "second") in said, said
 
 
-ANIMEGAMER_OF_A_BOT = {"ANIMEGAMER_DATA_DIR", "ANIMEGAMER_MODEL"}
+# A 6 s duty hold (and a Discord timeout within half of it): the second bot asks again after one hold.
+QUICK_HOLD = {"ANIMEGAMER_DUTY_SECONDS": "6", "ANIMEGAMER_DISCORD_TIMEOUT": "3"}
+ANIMEGAMER_OF_A_BOT = {"ANIMEGAMER_DATA_DIR", "ANIMEGAMER_MODEL", *QUICK_HOLD}

@@ -16,6 +16,7 @@ from db.leases import (
     give_up,
     give_up_all,
     holder_of,
+    lock_in_order,
     take,
     take_at,
     take_many,
@@ -172,3 +173,23 @@ async def test_an_owner_taking_its_shard_back_from_a_live_stand_in_posts_once_th
     async with sessions() as s, s.begin():
         renewed = await take_many(s, ["post:0"], "b", soon + 2 * MINUTE, soon + MINUTE, owner=True)
     assert renewed == {"post:0": soon + MINUTE}  # its own now
+
+
+async def test_two_processes_each_owning_one_shard_and_standing_in_for_the_other_renew_at_once_without_deadlock(
+    sessions: Sessions,
+) -> None:
+    """As bot/leases.py renews them: the rows locked in name order first, then taken. Taken in the order each process
+    lists them (its own shard, then the other), PostgreSQL found a deadlock and aborted one renewal."""
+
+    async def renew(mine: str, other: str, holder: str) -> None:
+        async with sessions() as s, s.begin():
+            now = await database_now(s)
+            await lock_in_order(s, [mine, other], now)
+            await take_many(s, [mine], holder, now + MINUTE, now, owner=True)
+            await asyncio.sleep(0.05)  # both hold some rows while they ask for the rest
+            await take_many(s, [other], holder + STANDING_IN, now + MINUTE, now)
+
+    for _ in range(5):
+        await asyncio.gather(renew("post:0", "post:1", "a"), renew("post:1", "post:0", "b"))
+    async with sessions() as s:
+        assert (await holder_of(s, "post:0"), await holder_of(s, "post:1")) == ("a", "b")
