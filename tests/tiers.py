@@ -54,33 +54,34 @@ def starting(what: str) -> None:
 # The test files that take longest (seconds of test time, setup included, measured on the 2-core machine), longest
 # first. They are collected first, and xdist (--dist loadfile --no-loadscope-reorder) hands files out in collection
 # order, so the long ones start first and the last file to end is a short one: handed out in name order, the fleet's
-# 470 s in one file started a third of the way in and the slow tier waited for it alone at the end.
+# 470 s in one file started a third of the way in and the slow tier waited for it alone at the end. Re-measured
+# from a ci-local run's reports (out/tiers/*.xml) when a file grows.
 LONGEST_FIRST = (
-    "tests/bot/test_faults.py",  # 284 s
-    "tests/bot/test_fleet_shared.py",  # 190 s
-    "tests/training/test_character_run.py",  # 168 s
-    "tests/bot/test_fleet_takeover.py",  # 150 s
-    "tests/bot/test_redis_outage.py",  # 148 s
-    "tests/bot/test_fleet.py",  # 135 s
-    "tests/worker/test_queue.py",  # 75 s
-    "tests/cli/test_demo.py",  # 74 s
-    "tests/worker/test_safety.py",  # 55 s
-    "tests/bot/test_recaps.py",  # 54 s
-    "tests/bot/test_metrics.py",  # 53 s
-    "tests/training/test_phase_b.py",  # 51 s
-    "tests/worker/test_metrics.py",  # 47 s
-    "tests/bot/test_s3_clips.py",  # 45 s
-    "tests/bot/test_story.py",  # 42 s
-    "tests/bot/test_admin.py",  # 41 s
-    "tests/pipeline/test_benchmark_scripts.py",  # 40 s
-    "tests/training/test_character_phase_b.py",  # 35 s
-    "tests/training/test_phase_a.py",  # 30 s
-    "tests/worker/test_payloads.py",  # 27 s
-    "tests/worker/test_time_limits.py",  # 26 s
-    "tests/bot/test_turn_flow.py",  # 22 s
-    "tests/discord_double/test_double.py",  # 22 s
-    "tests/bot/test_lifecycle.py",  # 22 s
-    "tests/bot/test_bad_input.py",  # 20 s
+    "tests/bot/test_faults.py",  # 333 s
+    "tests/bot/test_fleet.py",  # 194 s
+    "tests/bot/test_fleet_takeover.py",  # 178 s
+    "tests/bot/test_redis_outage.py",  # 162 s
+    "tests/training/test_character_run.py",  # 156 s
+    "tests/worker/test_queue.py",  # 80 s
+    "tests/bot/test_fleet_pauses.py",  # 78 s
+    "tests/worker/test_metrics.py",  # 68 s
+    "tests/pipeline/test_benchmark_scripts.py",  # 57 s
+    "tests/bot/test_fleet_shared.py",  # 57 s
+    "tests/bot/test_recaps.py",  # 56 s
+    "tests/cli/test_demo.py",  # 53 s
+    "tests/bot/test_workers_anywhere.py",  # 49 s
+    "tests/training/test_phase_b.py",  # 49 s
+    "tests/bot/test_load.py",  # 48 s
+    "tests/bot/test_story.py",  # 44 s
+    "tests/bot/test_admin.py",  # 44 s
+    "tests/worker/test_safety.py",  # 42 s
+    "tests/bot/test_release_routing.py",  # 38 s
+    "tests/bot/test_metrics.py",  # 35 s
+    "tests/training/test_character_phase_b.py",  # 34 s
+    "tests/bot/test_s3_clips.py",  # 30 s
+    "tests/training/test_phase_a.py",  # 24 s
+    "tests/worker/test_payloads.py",  # 24 s
+    "tests/training/test_metrics.py",  # 24 s
 )
 
 
