@@ -32,21 +32,28 @@ STORED_BEFORE = [
 ]
 
 
+async def a_bad_row_beside_a_good_one(double, settings, stored: str) -> tuple[int, int, list]:
+    """The player's turn stored as ``stored`` and Bob's ordinary one, once the bad one failed and the good one was
+    sent: their ids, and every job's (id, status, sent_at, error)."""
+    channel = double.guild.channel.id
+    bad = await seed_turn(settings, double.guild.id, channel, double.player.id, line=stored)
+    good = await seed_turn(settings, double.guild.id, channel, BOB.id)
+    rows = await wait_for_db(
+        settings,
+        select(Job.id, Job.status, Job.sent_at, Job.error).order_by(Job.id),
+        lambda rows: rows[0][1] == JobStatus.FAILED and rows[1][2] is not None,
+    )
+    return bad, good, rows
+
+
 @pytest.mark.parametrize("stored", STORED_BEFORE, ids=["missing part", "free text", "mention", "too long"])
 async def test_a_turn_this_version_cannot_read_fails_alone_with_a_reason_and_the_others_go_on(
     double, bot_settings, stored, caplog
 ):
     settings = bot_settings.model_copy(update={"model": RELEASE_MODEL})
-    channel = double.guild.channel.id
     with caplog.at_level(logging.ERROR, logger="bot.supervisor"):
         async with running_bot(double, settings):
-            bad = await seed_turn(settings, double.guild.id, channel, double.player.id, line=stored)
-            good = await seed_turn(settings, double.guild.id, channel, BOB.id)
-            rows = await wait_for_db(
-                settings,
-                select(Job.id, Job.status, Job.sent_at, Job.error).order_by(Job.id),
-                lambda rows: rows[0][1] == JobStatus.FAILED and rows[1][2] is not None,
-            )
+            bad, good, rows = await a_bad_row_beside_a_good_one(double, settings, stored)
             told = await double.wait_until(lambda: double.dms(double.player), 10, "a DM to the player")
     (_, _, _, error), (_, status, _, _) = rows
     assert (rows[0][0], rows[1][0]) == (bad, good)
@@ -84,15 +91,8 @@ async def test_a_row_whose_parsing_raises_a_type_error_fails_alone_and_the_other
         if getattr(module, "parse", None) is real_parse:
             monkeypatch.setattr(module, "parse", buggy_parse)
     settings = bot_settings.model_copy(update={"model": RELEASE_MODEL})
-    channel = double.guild.channel.id
     async with running_bot(double, settings):
-        bad = await seed_turn(settings, double.guild.id, channel, double.player.id, line=tripping)
-        good = await seed_turn(settings, double.guild.id, channel, BOB.id)
-        rows = await wait_for_db(
-            settings,
-            select(Job.id, Job.status, Job.sent_at, Job.error).order_by(Job.id),
-            lambda rows: rows[0][1] == JobStatus.FAILED and rows[1][2] is not None,
-        )
+        bad, good, rows = await a_bad_row_beside_a_good_one(double, settings, tripping)
     assert [row[0] for row in rows] == [bad, good]
     assert rows[1][1] is JobStatus.QUEUED  # sent to its queue, waiting for a worker
     assert "TypeError while reading it" in rows[0][3]
