@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DUTY_SECONDS = 10.0  # the default of ANIMEGAMER_DUTY_SECONDS
+WORKER_STALL_SECONDS = 300.0  # the default of ANIMEGAMER_WORKER_STALL_SECONDS, where the time limit allows it
 
 
 class Settings(BaseSettings):
@@ -79,6 +80,11 @@ class Settings(BaseSettings):
     claim_seconds: float = Field(
         default=30.0, ge=1.0, validation_alias=AliasChoices("ANIMEGAMER_CLAIM_SECONDS", "ANIMEGAMER_LEASE_SECONDS")
     )
+    # A worker's turn that reports no step for this long is stuck (a GPU call that never returns): its claim is no
+    # longer renewed, so another worker takes the turn, and the worker's /livez fails (worker/liveness.py). Longer
+    # than the slowest silent stage (a published checkpoint's VAE decode), shorter than ANIMEGAMER_TASK_TIME_LIMIT.
+    # 0: half the time limit, at most WORKER_STALL_SECONDS.
+    worker_stall_seconds: float = Field(default=0.0, ge=0.0)
     pickup_timeout: float = Field(default=0.0, ge=0)  # seconds a turn waits for a worker; 0: 3x its ETA, >= 2 min
     db_busy_timeout: float = Field(default=5.0, gt=0)  # seconds a SQLite write waits for another writer
     fair_queue: bool = True  # each server gets its share of the workers (game.schedule); false: first come first served
@@ -144,6 +150,7 @@ class Settings(BaseSettings):
         if self.blob_dir is None and not self.results_in_redis:
             self.blob_dir = self.data_dir / "blobs"
         self.visibility_timeout = self.visibility_timeout or self.task_time_limit + 60
+        self.worker_stall_seconds = self.worker_stall_seconds or min(WORKER_STALL_SECONDS, self.task_time_limit / 2)
 
     @property
     def results_in_redis(self) -> bool:
@@ -204,6 +211,11 @@ def settings_at_odds(settings: Settings) -> str | None:
             settings.liveness_seconds > hold * 2 / 3,
             f"ANIMEGAMER_LIVENESS_SECONDS ({settings.liveness_seconds:g} s) must be over two thirds of "
             f"ANIMEGAMER_DUTY_SECONDS ({hold:g} s): a stuck process gives its duties up before it is restarted",
+        ),
+        (
+            settings.worker_stall_seconds < settings.task_time_limit,
+            f"ANIMEGAMER_WORKER_STALL_SECONDS ({settings.worker_stall_seconds:g} s) must be under "
+            f"ANIMEGAMER_TASK_TIME_LIMIT ({settings.task_time_limit} s): the time limit would end a stuck turn first",
         ),
     ]
     return next((said for holds, said in rules if not holds), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -68,7 +69,10 @@ def test_the_stacks_redis_command_demands_its_password_whatever_it_holds_and_sho
     _, flag, script = [part.replace("$$", "$") for part in SERVICES["redis"]["command"]]
     script = script.replace("--dir /data", f"--dir {tmp_path}") + f" --port {port} --bind 127.0.0.1 --appendonly no"
     env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "REDIS_PASSWORD": password, "REDIS_MAXMEMORY": "64mb"}
-    server = subprocess.Popen(["sh", flag, script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    # A group of its own: the script's pipeline runs redis-server as sh's child, which killing sh alone leaves running.
+    server = subprocess.Popen(
+        ["sh", flag, script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         client = redis.Redis("127.0.0.1", port, password=password, socket_timeout=2)
         for _ in range(100):
@@ -85,7 +89,8 @@ def test_the_stacks_redis_command_demands_its_password_whatever_it_holds_and_sho
             with contextlib.suppress(OSError):
                 assert mark.encode() not in argv.read_bytes(), argv
     finally:
-        server.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
         server.wait(10)
 
 
@@ -110,13 +115,13 @@ def test_the_bot_starts_after_its_stores_are_healthy_and_the_database_is_migrate
     ("service", "port_setting", "paths"),
     [
         ("bot", "ANIMEGAMER_METRICS_PORT", ["/livez", "/readyz"]),
-        ("worker", "ANIMEGAMER_WORKER_METRICS_PORT", ["/readyz"]),
+        ("worker", "ANIMEGAMER_WORKER_METRICS_PORT", ["/livez", "/readyz"]),
     ],
 )
 def test_the_bot_and_the_worker_are_healthy_when_their_probes_say_so(
     service: str, port_setting: str, paths: list[str]
 ) -> None:
-    """The bot is healthy while it works (/livez) and is ready (/readyz); a worker while it is ready."""
+    """Each is healthy while it works (/livez: not stuck) and is ready (/readyz)."""
     test = SERVICES[service]["healthcheck"]["test"]
     port = SERVICES[service]["environment"][port_setting]
     assert test == ["CMD", "python", "-m", "relay.probes", *(f"http://127.0.0.1:{port}{path}" for path in paths)]

@@ -224,12 +224,12 @@ def test_a_bot_has_time_to_stop_cleanly(kustomization: str) -> None:
 @pytest.mark.parametrize("kustomization", APPLIED)
 @pytest.mark.parametrize(
     ("component", "port_setting", "liveness"),
-    [("bot", "ANIMEGAMER_METRICS_PORT", "/livez"), ("worker", "ANIMEGAMER_WORKER_METRICS_PORT", "/healthz")],
+    [("bot", "ANIMEGAMER_METRICS_PORT", "/livez"), ("worker", "ANIMEGAMER_WORKER_METRICS_PORT", "/livez")],
 )
 def test_the_bot_and_the_workers_are_probed_for_liveness_and_readiness_at_their_metrics_port(
     kustomization: str, component: str, port_setting: str, liveness: str
 ) -> None:
-    """The bot's liveness is /livez, which fails when it is stuck (bot/liveness.py); a worker's, /healthz."""
+    """Liveness is /livez, which fails when the process is stuck (bot/liveness.py, worker/liveness.py)."""
     docs = rendered(kustomization)
     for workload in workloads(docs, component):
         annotations = workload["spec"]["template"]["metadata"]["annotations"]

@@ -82,6 +82,18 @@ def test_settings_at_odds_with_the_duty_hold_are_named_together(field, value, na
     assert said is not None and said.startswith(named) and "ANIMEGAMER_DUTY_SECONDS (10 s)" in said
 
 
+def test_a_stall_limit_the_time_limit_would_beat_is_named_with_it() -> None:
+    said = settings_at_odds(Settings(worker_stall_seconds=600, task_time_limit=600))
+    assert said is not None and said.startswith("ANIMEGAMER_WORKER_STALL_SECONDS (600 s)")
+    assert "ANIMEGAMER_TASK_TIME_LIMIT (600 s)" in said
+
+
+def test_a_workers_stall_limit_is_half_a_short_time_limit_unless_set() -> None:
+    assert Settings().worker_stall_seconds == 300
+    assert Settings(task_time_limit=20).worker_stall_seconds == 10
+    assert settings_at_odds(Settings(task_time_limit=20)) is None
+
+
 def test_the_default_settings_work_together() -> None:
     assert settings_at_odds(Settings()) is None
 

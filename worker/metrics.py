@@ -79,9 +79,9 @@ def _cuda() -> Any:
 REGISTRY.register(GpuMemory())
 
 
-def serve(port: int, address: str, ready: Ready | None = None) -> None:
-    """Serve /metrics from this process (a pool child, as it starts), and /healthz and /readyz beside it when
-    ``ready`` is given; 0: not at all. A port taken is logged, not fatal: the worker still makes turns.
+def serve(port: int, address: str, ready: Ready | None = None, live: Ready | None = None) -> None:
+    """Serve /metrics from this process (a pool child, as it starts), and /healthz, /readyz and /livez beside it
+    when ``ready`` is given; 0: not at all. A port taken is logged, not fatal: the worker still makes turns.
     """
     if not port:
         return
@@ -91,8 +91,8 @@ def serve(port: int, address: str, ready: Ready | None = None) -> None:
         log.error("metrics endpoint not started on %s:%s (%s)", address, port, exc)
         return
     if ready is not None:
-        server.set_app(with_health(server.get_app(), ready))
-    log.info("metrics served on %s:%s/metrics (and /healthz, /readyz)", address, port)
+        server.set_app(with_health(server.get_app(), ready, live))
+    log.info("metrics served on %s:%s/metrics (and /healthz, /readyz, /livez)", address, port)
 
 
 def observe_turn(timings: dict[str, float]) -> None:

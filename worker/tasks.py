@@ -37,6 +37,7 @@ from relay.blob_store import BlobStore, store_for
 from relay.celery_app import BrokerUnavailable, check_broker, served_queues
 from relay.control import Claim, JobControl, Presence, control_for
 from relay.settings import get_settings
+from worker.liveness import TurnWatch
 from worker.metrics import observe_turn
 
 if TYPE_CHECKING:
@@ -92,11 +93,15 @@ class Heartbeat:
     """A thread that renews this process's claims and its presence, every third of its claims' length.
 
     It runs beside the turn, so a turn busy in one long GPU call still keeps its claim; a
-    process that dies stops renewing, and its claims lapse after one length.
+    process that dies stops renewing, and its claims lapse after one length. A turn that has
+    reported no step for the stall limit is renewed no more (``worker/liveness.py``): stuck, it
+    would otherwise hold its turn until the hard time limit.
     """
 
-    def __init__(self, control: JobControl, owner: str, claim_seconds: float, queues: list[str], model: str) -> None:
-        self.control, self.owner, self.claim_seconds = control, owner, claim_seconds
+    def __init__(
+        self, control: JobControl, owner: str, claim_seconds: float, queues: list[str], model: str, watch: TurnWatch
+    ) -> None:
+        self.control, self.owner, self.claim_seconds, self.watch = control, owner, claim_seconds, watch
         self.presence = Presence(owner, tuple(queues), model)  # what the bot and `animegamer check` see of it
         self.holding: set[str] = set()
         self.lost: set[str] = set()  # claims another worker took (this one was frozen or cut off past its claim)
@@ -108,8 +113,9 @@ class Heartbeat:
 
     def _run(self) -> None:
         while True:
+            self.watch.round_began()
             try:
-                lost = self.control.renew(list(self.holding), self.owner, self.claim_seconds)
+                lost = self.control.renew(list(self.holding - self.watch.stalled()), self.owner, self.claim_seconds)
                 for task_id in lost:
                     log.warning("turn %s: its claim is another worker's now; stopping it at the next step", task_id)
                     self.holding.discard(task_id)
@@ -117,6 +123,8 @@ class Heartbeat:
                 self.control.announce(self.presence, self.claim_seconds)
             except Exception as exc:  # a store that is down now may be back at the next beat
                 log.warning("heartbeat not recorded: %s", exc)
+            finally:
+                self.watch.round_ended()
             self._wake.wait(self.claim_seconds / 3)
 
 
@@ -125,6 +133,7 @@ class PipelineTask(Task):
 
     _pipelines: dict[str, AnimeGamerPipeline] | None = None
     _heartbeat: Heartbeat | None = None
+    _watch: TurnWatch | None = None
     _control: JobControl | None = None
     _blobs: BlobStore | None = None
 
@@ -178,13 +187,20 @@ class PipelineTask(Task):
         return self._blobs
 
     @property
+    def watch(self) -> TurnWatch:
+        """This process's turn and heartbeat, as /livez reads them (made before the first turn, for the endpoint)."""
+        if self._watch is None:
+            self._watch = TurnWatch(get_settings().worker_stall_seconds)
+        return self._watch
+
+    @property
     def heartbeat(self) -> Heartbeat:
         """Started on first use in each process (a forked pool child gets a thread of its own)."""
         if self._heartbeat is None:
             settings = get_settings()
             owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
             queues = served_queues(settings)
-            self._heartbeat = Heartbeat(self.control, owner, settings.claim_seconds, queues, settings.model)
+            self._heartbeat = Heartbeat(self.control, owner, settings.claim_seconds, queues, settings.model, self.watch)
             self._heartbeat.start()
         return self._heartbeat
 
@@ -194,6 +210,7 @@ class PipelineTask(Task):
             self._control.close()
         self._control = None
         self._heartbeat = None
+        self._watch = None
 
 
 @shared_task(bind=True, base=PipelineTask, name=TASK_NAME)
@@ -219,6 +236,7 @@ def generate_turn(self: PipelineTask, request: dict[str, Any]) -> dict[str, Any]
         return _compute(self, turn, task_id, heartbeat)
     finally:
         computing.clear()
+        heartbeat.watch.ended(task_id)
 
 
 def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Heartbeat) -> dict[str, Any]:
@@ -229,6 +247,8 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
     def report(stage: Stage, step: int, total: int) -> None:
         # Every report is a place to stop: the pipeline calls it between stages and after each step.
         nonlocal last_report
+        if stage != Stage.LOADING:
+            heartbeat.watch.stepped(task_id)
         if task_id in heartbeat.lost:
             raise ClaimLost(task_id)
         if stopping.is_set():
@@ -249,7 +269,9 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
     try:
         if task._pipelines is None:
             report(Stage.LOADING, 0, 1)  # only a worker started with --no-preload loads on its first turn
-        result = task.pipeline_for(parse(turn.instruction).character)(turn, on_progress=report)
+        pipeline = task.pipeline_for(parse(turn.instruction).character)
+        heartbeat.watch.stepped(task_id)  # silence counts from here: loading the model is no step
+        result = pipeline(turn, on_progress=report)
     except TurnCancelled:
         log.info("turn %s (job %s) cancelled while it ran; stopped", task_id, turn.job_id)
         raise Ignore() from None

@@ -77,11 +77,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(exc, file=sys.stderr)
         return 1
 
+    def live() -> tuple[bool, dict[str, Any]]:  # stuck: a turn with no step, or a heartbeat round, for the stall limit
+        return generate_turn.watch.report()
+
     @signals.worker_process_init.connect(weak=False)
     def start_child(**_: Any) -> None:
         queues = args.queues.split(",") if args.queues else served_queues(settings)
         ready = functools.partial(readiness, settings.model, queues, not args.no_preload, BrokerWatch())
-        metrics.serve(settings.worker_metrics_port, settings.metrics_address, ready)  # a fresh child serves it again
+        metrics.serve(settings.worker_metrics_port, settings.metrics_address, ready, live)  # a fresh child: again
         generate_turn.reset_after_fork()
         if not args.no_preload:
             try:

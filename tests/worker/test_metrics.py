@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import time
 import urllib.error
 import urllib.request
 
@@ -12,7 +9,7 @@ import pytest
 from celery.exceptions import TimeLimitExceeded
 
 from tests.redis_server import RedisServer
-from tests.scrape import free_port, scrape_when_up, value
+from tests.scrape import free_port, probe_until, scrape_when_up, value
 from tests.workers import Worker, start_worker, worker_env
 
 pytestmark = pytest.mark.slow
@@ -70,31 +67,14 @@ def test_the_endpoint_is_served_again_by_the_child_that_replaces_one_killed_at_t
 def test_a_worker_with_its_model_loaded_is_ready_and_says_what_it_serves(sqlite_worker):
     port = port_of(sqlite_worker)
     scrape_when_up(port)
-    report = readyz_until(port, 200)  # a worker started for this test serves the endpoint before its model loads
+    report = probe_until(
+        port, "readyz", 200
+    )  # a worker started for this test serves the endpoint before its model loads
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
         alive = response.status
     assert alive == 200 and report["broker"] == "answering"
     assert report["loaded"] and report["model"] == "tiny"
     assert report["queues"] == [sqlite_worker.env["ANIMEGAMER_QUEUE"]] and report["characters"]
-
-
-def readyz(port: int) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.loads(refused.read())
-
-
-def readyz_until(port: int, status: int, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            got, report = readyz(port)
-            if got == status:
-                return report
-        time.sleep(0.2)
-    raise AssertionError(f"/readyz never answered {status}")
 
 
 def test_a_worker_whose_broker_stops_answering_is_not_ready_until_it_answers_again(tmp_path):
@@ -103,11 +83,11 @@ def test_a_worker_whose_broker_stops_answering_is_not_ready_until_it_answers_aga
     port = free_port()
     worker = start_worker(worker_env(tmp_path / "worker", server.url(), ANIMEGAMER_WORKER_METRICS_PORT=str(port)))
     try:
-        readyz_until(port, 200)
+        probe_until(port, "readyz", 200)
         server.stop()
-        down = readyz_until(port, 503)
+        down = probe_until(port, "readyz", 503)
         server.start()
-        back = readyz_until(port, 200)
+        back = probe_until(port, "readyz", 200)
     finally:
         worker.kill()
         server.stop()
