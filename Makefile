@@ -41,7 +41,7 @@ TORCH_THREADS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 check: $(STAMP)
 	$(TORCH_THREADS) $(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
-# Everything, CI's command: the fast tier, then the slow one, then one line each (scripts/test_tiers.sh).
+# Everything, CI's command: both tiers in one run, then one line each (scripts/test_tiers.sh).
 test: $(STAMP)
 	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) bash scripts/ensure_redis.sh
 	ANIMEGAMER_TEST_REDIS_URL=$(TEST_REDIS_URL) $(TORCH_THREADS) PYTHON=$(BIN)/python \

@@ -12,6 +12,7 @@ import pytest
 import pytest_timeout
 
 from tests import tiers
+from tests.redis_server import RedisServer
 from tests.scrape import free_port
 from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
 
@@ -21,6 +22,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if tiers.SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(tiers.SLOW)
+        # make test's report says each test's tier (scripts/tier_summary.py)
+        item.user_properties.append(("tier", "slow" if item.get_closest_marker("slow") else "fast"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    RedisServer.stop_all()  # a test's own servers daemonize: none outlives the run
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,13 +1,20 @@
-"""A redis-server of a test's own, on a free port, that the test may stop and restart (the shared one stays up)."""
+"""A redis-server of a test's own, on a free port, that the test may stop and restart (the shared one stays up).
+
+It daemonizes, so no test waits on it: every one still running when its test process ends is killed then
+(``stop_all``, from tests/conftest.py), whatever the test did, so a run leaves no server behind.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import redis
@@ -23,6 +30,8 @@ def free_port() -> int:
 
 class RedisServer:
     """``persist=False`` is how this machine's Redis runs: a restart forgets every queued message."""
+
+    running: ClassVar[set[RedisServer]] = set()  # started and not yet stopped, in this test process
 
     def __init__(
         self, folder: Path, *, persist: bool = False, host: str = "127.0.0.1", password: str | None = None
@@ -53,12 +62,15 @@ class RedisServer:
                 "",
                 *persistence,
                 *(["--requirepass", self.password] if self.password else []),
+                "--pidfile",
+                str(self.pidfile),
                 "--daemonize",
                 "yes",
             ],
             check=True,
             capture_output=True,
         )
+        RedisServer.running.add(self)
         client = self._client()
         for _ in range(200):
             with contextlib.suppress(redis.ConnectionError):
@@ -67,15 +79,29 @@ class RedisServer:
             time.sleep(0.05)
         raise AssertionError("redis-server did not start")
 
+    @property
+    def pidfile(self) -> Path:
+        return self.folder / "redis.pid"
+
     def stop(self) -> None:
-        with contextlib.suppress(redis.ConnectionError):  # the server closes the connection as it goes
+        RedisServer.running.discard(self)
+        with contextlib.suppress(redis.RedisError):  # the server closes the connection as it goes
             self._client().shutdown(nosave=True)
         for _ in range(200):
             try:
                 self._client(socket_connect_timeout=0.1).ping()
+            except redis.AuthenticationError:
+                break  # a test changed its password: killed below
             except redis.ConnectionError:
                 return
             time.sleep(0.05)
+        with contextlib.suppress(OSError, ValueError):  # gone meanwhile, or its file never written
+            os.kill(int(self.pidfile.read_text()), signal.SIGKILL)
+
+    @classmethod
+    def stop_all(cls) -> None:
+        for server in list(cls.running):
+            server.stop()
 
     def _client(self, **options: float) -> redis.Redis:
         return redis.Redis(host=self.host, port=self.port, password=self.password, **options)

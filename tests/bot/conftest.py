@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from db.models import Character, Job, Turn
 from relay.celery_app import make_celery
 from relay.settings import Settings
 from tests.discord_double import DiscordDouble
-from tests.workers import Worker, settings_for
+from tests.workers import Worker, machine, settings_for, start_worker, worker_env
 
 QUICK = {"delivery_poll_seconds": 0.1, "progress_edit_seconds": 1.0}  # a bot that moves jobs every 0.1 s
 
@@ -90,3 +90,13 @@ async def wait_for_db(settings: Settings, query, predicate, timeout: float = 30.
 
 
 __all__ = ["Character", "Job", "Turn", "read_db", "running_bot", "select", "settings_beside", "wait_for_db"]
+
+
+@pytest.fixture(scope="module")
+def fleet_worker(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Worker]:
+    """One plain worker for a file's fleet tests, in a folder of its own on the shared Redis: a worker's start is
+    about 7 s of CPU (torch, transformers and diffusers imported), and each test's bots send to its queue."""
+    gpu = tmp_path_factory.mktemp("gpu-machine")
+    worker = start_worker({**worker_env(gpu / "data", redis_url), **machine(gpu)}, cwd=gpu)
+    yield worker
+    worker.kill()

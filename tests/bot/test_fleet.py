@@ -27,7 +27,7 @@ from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, l
 from tests.db.conftest import POSTGRES_URL, Postgres
 from tests.discord_double import DiscordDouble, Guild, shard_for
 from tests.s3_server import S3Server
-from tests.workers import machine, start_worker, worker_env
+from tests.workers import Worker, machine, start_worker, worker_env
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL and Redis
 
@@ -95,6 +95,7 @@ async def fleet(
     discord_host: dict[str, str] | None = None,
     faulty_worker: dict[str, str] | None = None,
     bot_env: dict[str, dict[str, str]] | None = None,
+    worker: Worker | None = None,
 ) -> AsyncIterator[tuple[DiscordDouble, list[BotProcess]]]:
     """A worker in a folder of its own and bots, each in one of its own with no folder in common, on ``database``,
     Redis and an S3 store (SeaweedFS) that keeps the clips. By default all on the one shard of one loopback Discord,
@@ -104,7 +105,8 @@ async def fleet(
     ``"worker"``) shifted by libfaketime (``{"new": "+90s"}``); its monotonic clock is left alone, as NTP leaves it.
     ``discord_host``: the name a bot reaches Discord by (``localhost``, so that a fault takes its requests alone).
     ``faulty_worker``: the worker's settings, and it runs ``tests.faulty_worker`` (turns that misbehave on request).
-    ``bot_env``: settings of one bot alone, by its name."""
+    ``bot_env``: settings of one bot alone, by its name. ``worker``: one already running on ``redis_url`` (a file's
+    ``fleet_worker``), left running; else one of the test's own, stopped with it."""
     faketime = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
     if clocks and faketime is None:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
@@ -118,16 +120,18 @@ async def fleet(
             return {}
         return {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
-    gpu = tmp_path / "gpu-machine"
-    env_of_worker = {
-        **worker_env(gpu / "data", redis_url, **(faulty_worker or {})),
-        **machine(gpu),
-        **shifted("worker"),
-    }
-    if faulty_worker is None:
-        worker = start_worker(env_of_worker, cwd=gpu)
-    else:  # run from the repository, where its module is
-        worker = start_worker(env_of_worker, "tests.faulty_worker")
+    own_worker = worker is None
+    if worker is None:
+        gpu = tmp_path / "gpu-machine"
+        env_of_worker = {
+            **worker_env(gpu / "data", redis_url, **(faulty_worker or {})),
+            **machine(gpu),
+            **shifted("worker"),
+        }
+        if faulty_worker is None:
+            worker = start_worker(env_of_worker, cwd=gpu)
+        else:  # run from the repository, where its module is
+            worker = start_worker(env_of_worker, "tests.faulty_worker")
     bots: list[BotProcess] = []
     try:
         async with DiscordDouble(guilds, strict=True) as double:
@@ -165,7 +169,8 @@ async def fleet(
     finally:
         for bot in bots:
             bot.stop()
-        worker.kill()
+        if own_worker:
+            worker.kill()
         if own_store:
             store.stop()
 
@@ -181,10 +186,10 @@ def logs(bots: list[BotProcess], jobs: list | None = None) -> str:
 
 
 async def test_two_bot_processes_on_one_database_post_every_turn_exactly_once(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, fleet_worker: Worker
 ) -> None:
     guilds, players = crowd(PLAYERS, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, worker=fleet_worker) as (double, bots):
         await setup_servers(double, guilds, players)
         handles = await burst(double, players)
         jobs = await settle(double, fleet_database, handles, timeout=180)
@@ -214,12 +219,12 @@ async def kill_the_busiest_with_its_posts_unsent(
 
 
 async def test_with_no_folder_in_common_a_killed_bots_turns_are_posted_by_the_other_with_their_clips(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, fleet_worker: Worker
 ) -> None:
     """The bot that applied the most results is killed with its posts unsent, and the other posts every turn with
     the clip it reads from the store."""
     guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds) as (double, bots):
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, worker=fleet_worker) as (double, bots):
         applied, jobs = await kill_the_busiest_with_its_posts_unsent(double, bots, fleet_database, guilds, players)
     posted = clip_messages(double)
     assert max(applied) >= 1 and sum(applied) == len(players), (applied, logs(bots))
@@ -242,11 +247,11 @@ async def until_all_applied(database: str, count: int, timeout: float = 120.0) -
 
 
 async def test_a_vote_round_under_two_bot_processes_is_shown_once_and_its_winner_played_once(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, fleet_worker: Worker
 ) -> None:
     """Discord takes 1.5 s to make each channel message, so both processes' round loops (a tick a second) find the
     new round without its message, and the closed one unannounced: without the nonces they post each twice."""
-    async with fleet(tmp_path, redis_url, fleet_database, [Guild()]) as (double, bots):
+    async with fleet(tmp_path, redis_url, fleet_database, [Guild()], worker=fleet_worker) as (double, bots):
         await start_vote_story(double)
         double.fail("POST", r"/channels/\d+/messages", status=0, delay=1.5, times=None)  # a slow Discord
         for player, *_ in PROPOSALS:
@@ -266,13 +271,17 @@ async def test_a_vote_round_under_two_bot_processes_is_shown_once_and_its_winner
 
 
 async def test_two_processes_on_shard_ranges_of_their_own_each_serve_their_servers(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, fleet_worker: Worker
 ) -> None:
     """SHARD_COUNT=2, one process with SHARD_IDS=0 and one with 1: each connects only its shard, and every turn of
     both servers (one on each shard) is posted once with its clip."""
     guilds, players = crowd(4, guilds=2)
     assert {shard_for(guild.id, 2) for guild in guilds} == {0, 1}
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1")) as (double, bots):
+    shards = ("0", "1")
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=shards, worker=fleet_worker) as (
+        double,
+        bots,
+    ):
         sessions = sorted((session.shard_id, session.shard_count) for session in double.sessions.values())
         await setup_servers(double, guilds, players)
         handles = await burst(double, players)

@@ -21,7 +21,7 @@ from tests.bot.test_story import begin_story
 from tests.crowd import BotProcess, bot_argv, burst, crowd, discord_env, late, settle, setup_servers
 from tests.discord_double import DiscordDouble, Guild
 from tests.s3_server import S3Server
-from tests.workers import machine
+from tests.workers import Worker, machine
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL, Redis and SeaweedFS
 
@@ -44,12 +44,12 @@ def recaps_in(store: S3Server) -> list[str]:
 
 
 async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_the_other(
-    redis_url: str, tmp_path: Path, fleet_database: str, s3: S3Server
+    redis_url: str, tmp_path: Path, fleet_database: str, s3: S3Server, fleet_worker: Worker
 ) -> None:
     """The new bot makes the recap into the store and is then killed; the old one, taking the interactions now,
     refuses a recap within the cooldown the new one started, and /story end in it deletes the recap the other
     made."""
-    async with fleet(tmp_path, redis_url, fleet_database, [Guild()], store=s3) as (double, bots):
+    async with fleet(tmp_path, redis_url, fleet_database, [Guild()], store=s3, worker=fleet_worker) as (double, bots):
         await begin_story(double)
         wave = {"motion": "gently wave", "background": "town"}
         await accepted(await double.slash("story act", wave, user=PLAYERS_IN_STORY[0]))
@@ -80,14 +80,21 @@ def older_database() -> Iterator[str]:
 
 
 async def test_two_bots_started_together_on_an_older_schema_migrate_it_once_and_both_play(
-    redis_url: str, tmp_path: Path, older_database: str
+    redis_url: str, tmp_path: Path, older_database: str, fleet_worker: Worker
 ) -> None:
     """ANIMEGAMER_MIGRATE_AT_START=always on both: the advisory lock lets one upgrade while the other waits and
     then finds the schema current; both then take turns."""
     guilds, players = crowd(4, guilds=2)
     always = {"ANIMEGAMER_MIGRATE_AT_START": "always"}
     async with fleet(
-        tmp_path, redis_url, older_database, guilds, shard_ids=("0", "1"), extra_env=always, together=True
+        tmp_path,
+        redis_url,
+        older_database,
+        guilds,
+        shard_ids=("0", "1"),
+        extra_env=always,
+        together=True,
+        worker=fleet_worker,
     ) as (double, bots):
         revision = await current_revision(older_database)
         await setup_servers(double, guilds, players)

@@ -18,12 +18,20 @@ from db.leases import holder_of
 from db.models import JobStatus
 from relay.settings import DUTY_SECONDS
 from tests.bot.helpers import accepted
-from tests.bot.test_fleet import clip_messages, clip_posts_made, fleet, fleet_database, logs, until_all_applied
+from tests.bot.test_fleet import (
+    clip_messages,
+    clip_posts_made,
+    fleet,
+    fleet_database,
+    logs,
+    until_all_applied,
+)
 from tests.bot.test_health import get
 from tests.crowd import CLIP, BotProcess, act, burst, crowd, late, read_jobs, settle, setup_servers
 from tests.discord_double import DiscordDouble, shard_for
 from tests.redis_server import RedisServer
 from tests.scrape import free_port
+from tests.workers import Worker
 
 pytestmark = pytest.mark.slow  # two or three bot processes, a worker, PostgreSQL and Redis
 
@@ -51,14 +59,15 @@ async def until_taken_over(database: str, gone: int, bots: list[BotProcess]) -> 
 
 
 async def test_when_the_process_sending_turns_stops_or_dies_another_takes_over_and_every_turn_is_posted_once(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, fleet_worker: Worker
 ) -> None:
     """Three bots of a rolling deploy; the first holds the outbox (it started first), the newest takes the
     interactions and leaves their turns to the outbox. As a burst comes in, the holder is stopped (SIGTERM: it hands
     the lease over as it closes); as a second burst comes in, the next holder is killed (SIGKILL: its lease runs out
     first, DUTY_SECONDS)."""
     guilds, players = crowd(4, guilds=2)
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, names=("first", "second", "new")) as (double, bots):
+    names = ("first", "second", "new")
+    async with fleet(tmp_path, redis_url, fleet_database, guilds, names=names, worker=fleet_worker) as (double, bots):
         await setup_servers(double, guilds, players)
         by_pid = {bot.proc.pid: bot.proc for bot in bots if bot.proc is not None}
         first = await outbox_holder(fleet_database)
@@ -120,7 +129,7 @@ async def test_a_bot_90_s_ahead_and_a_worker_90_s_behind_play_beside_true_time_a
 
 
 async def test_a_killed_processs_shard_is_posted_by_another_and_handed_back_under_a_backlog_one_call_a_turn(
-    redis_url: str, tmp_path: Path, fleet_database: str
+    redis_url: str, tmp_path: Path, fleet_database: str, fleet_worker: Worker
 ) -> None:
     """SHARD_COUNT=2, a process a shard, each posting one turn at a time. Discord holds every post (429s) while the
     turns are made; the process of shard 0 is killed (SIGKILL) with its server's turns unposted. The other stands in
@@ -131,10 +140,9 @@ async def test_a_killed_processs_shard_is_posted_by_another_and_handed_back_unde
     call into the first message). Before, a post queued behind its slot went out from both."""
     guilds, players = crowd(6, guilds=2)
     one_at_a_time = {"ANIMEGAMER_DELIVERY_CONCURRENCY": "1"}
-    async with fleet(tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1"), extra_env=one_at_a_time) as (
-        double,
-        bots,
-    ):
+    async with fleet(
+        tmp_path, redis_url, fleet_database, guilds, shard_ids=("0", "1"), extra_env=one_at_a_time, worker=fleet_worker
+    ) as (double, bots):
         await setup_servers(double, guilds, players)
         double.fail("POST", r"/channels/\d+/messages", status=429, retry_after=2, times=None)
         handles = await burst(double, players)
