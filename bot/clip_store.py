@@ -1,8 +1,10 @@
 """Where the bot keeps finished clips and kept recaps: by key, behind one interface; callers never see a path.
 
-A row keeps the key (``<guild>/job_<id>.mp4``), never a path: a bot started from another working directory, or
-moved to another machine with its data, still finds every clip (revision 0007 turned the paths stored before into
-keys). Only the bot reads clips; the workers send theirs through the blob store.
+A row keeps the key (``<game>/<guild>/job_<id>.mp4``), never a path: a bot started from another working directory,
+or moved to another machine with its data, still finds every clip (revision 0007 turned the paths stored before into
+keys). Every key the bot makes starts with its game's id (``game``, kept in the database: revision 0011), so games
+sharing a bucket, whose job and story ids all start at 1, never touch each other's objects; keys stored before
+carry none and are read as written. Only the bot reads clips; the workers send theirs through the blob store.
 
 Callers ask for bytes (``get``, ``put``) or, to join clips into a recap, for a local copy (``copy_to``) and store a
 finished file (``put_file``): nothing outside this module assumes the clips lie in a folder, so the store can be
@@ -34,6 +36,7 @@ class ClipStore(ABC):
     # Operations the store refused or failed ("put", "get", ...) since the process started, counted where they
     # fail: the bot's metrics export them (animegamer_clip_store_failures_total), and an alert pages on a rise.
     failures: Counter[str]
+    game = ""  # this game's id, set from the database as the bot starts (db.queries.game_id); every new key's start
 
     def _failed(self, operation: str) -> None:
         """Counted from the threads the calls run in: one lock, so two failing at once both count."""
@@ -52,9 +55,9 @@ class ClipStore(ABC):
     def where(self) -> str:
         """The store in words, for logs and `animegamer check`: never a secret."""
 
-    @staticmethod
-    def key(guild_id: int | None, job_id: int) -> str:
-        return f"{guild_id}/job_{job_id}.mp4"
+    def key(self, guild_id: int | None, job_id: int) -> str:
+        """Where a finished turn's clip goes: under this game's id, then the server's."""
+        return f"{self.game}/{guild_id}/job_{job_id}.mp4" if self.game else f"{guild_id}/job_{job_id}.mp4"
 
     def ready(self) -> None:  # noqa: B027 - a folder is made by its first write: nothing to ask
         """Raise StoreUnavailable, saying what, when the store's home is missing or refuses us."""

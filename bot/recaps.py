@@ -5,7 +5,8 @@ kept: a second /story recap with no new turn posts it again without encoding. It
 it holds and the limit it was fitted to, so a new turn, a turn removed (a player's data purged) or a different limit
 each make a new one, and the story's older ones are deleted as soon as a new one is made. Kept in the clip store,
 beside the clips, a recap one bot process made is reused by the others, and /story end or /admin purge in any
-process deletes it. (Clip keys are ``<guild>/...``: no guild is called ``recaps``.)
+process deletes it. Its key is ``<game>/recaps/story_<id>_<version>.mp4``: another game's story of the same id, on
+the same bucket, is never read or deleted. (Clip keys are ``<game>/<guild>/...``: no guild is called ``recaps``.)
 
 The joining itself works on local copies in a folder of the caller's (``work``), in bounded memory: files are
 read and written by path, never held whole. Blocking file and CPU work: call through `asyncio.to_thread`.
@@ -31,8 +32,8 @@ TOO_LARGE = ".toolarge"  # a version that does not fit even re-encoded: remember
 RECAP_STALE = timedelta(minutes=10)
 
 
-def _stem(story_id: int) -> str:
-    return f"{RECAPS}story_{story_id}_"
+def _stem(store: ClipStore, story_id: int) -> str:
+    return f"{store.game}/{RECAPS}story_{story_id}_" if store.game else f"{RECAPS}story_{story_id}_"
 
 
 def _version(turn_ids: Sequence[int], limit_bytes: int) -> str:
@@ -42,7 +43,7 @@ def _version(turn_ids: Sequence[int], limit_bytes: int) -> str:
 
 def forget(store: ClipStore, story_id: int) -> None:
     """Delete every kept recap of the story (and its too-large marks)."""
-    store.delete(store.keys(_stem(story_id)))
+    store.delete(store.keys(_stem(store, story_id)))
 
 
 def recap_file(
@@ -57,7 +58,7 @@ def recap_file(
     """
     if not clips:
         raise ValueError("the story has no clips to join")
-    stem = _stem(story_id) + _version([turn_id for turn_id, _ in clips], limit_bytes)
+    stem = _stem(store, story_id) + _version([turn_id for turn_id, _ in clips], limit_bytes)
     final, too_large = f"{stem}.mp4", f"{stem}{TOO_LARGE}"
     recap = work / "recap.mp4"
     if store.exists(final):

@@ -279,7 +279,7 @@ class Supervisor(Background):
         except BlobError as exc:
             await self.fail(job, f"the worker's result cannot be read: {exc}")
             return
-        key = ClipStore.key(job.guild_id, job.id)
+        key = self.clips.key(job.guild_id, job.id)
         mp4 = inline(result.mp4, "the clip")
         try:
             await asyncio.to_thread(self.clips.put, key, mp4)

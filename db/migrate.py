@@ -12,7 +12,9 @@ variants, which run the same work in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
@@ -21,6 +23,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import NullPool
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 import migrations
 from db.engine import make_engine
@@ -57,18 +61,41 @@ def _refuse_running_loop(name: str) -> None:
     raise RuntimeError(f"db.migrate.{name}() was called inside a running event loop; await {name}_async() instead")
 
 
+class DatabaseMissing(RuntimeError):
+    """The server answers but has no database of that name: it must be created before it is migrated."""
+
+
+@contextlib.contextmanager
+def _database_named(url: str) -> Iterator[None]:
+    """A server database that does not exist is said in one line, with how to make it, not as asyncpg's traceback
+    (SQLSTATE 3D000: invalid catalog name)."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "3D000" and "does not exist" not in str(exc.orig):
+            raise
+        where = make_url(url)
+        raise DatabaseMissing(
+            f'The database "{where.database}" does not exist on {where.host}:{where.port or 5432}: create it '
+            f"(createdb -h {where.host} -U {where.username} {where.database}, or CREATE DATABASE {where.database} "
+            "as a user that may), then run `animegamer db upgrade` again."
+        ) from None
+
+
 def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at ``url`` up to ``revision`` (creating the SQLite file if needed)."""
     _refuse_running_loop("upgrade")
     log.info("upgrading database schema to %s", revision)
-    command.upgrade(alembic_config(url), revision)
+    with _database_named(url):
+        command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str) -> None:
     """Take the database at ``url`` down to ``revision`` (``"base"`` drops every table)."""
     _refuse_running_loop("downgrade")
     log.info("downgrading database schema to %s", revision)
-    command.downgrade(alembic_config(url), revision)
+    with _database_named(url):
+        command.downgrade(alembic_config(url), revision)
 
 
 async def upgrade_async(url: str, revision: str = "head") -> None:
@@ -92,8 +119,9 @@ async def current_revision(url: str) -> str | None:
     """
     engine = make_engine(url, poolclass=NullPool)
     try:
-        async with engine.connect() as connection:
-            return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+        with _database_named(url):
+            async with engine.connect() as connection:
+                return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
     finally:
         await engine.dispose()
 

@@ -8,6 +8,7 @@ create rows return the ORM objects, which the caller may use inside the same ses
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -294,6 +295,19 @@ async def played_lines(
 
 async def get_app_state(session: AsyncSession, key: str) -> str | None:
     return (await session.execute(select(AppState.value).where(AppState.key == key))).scalar_one_or_none()
+
+
+GAME_ID = "game_id"  # made by revision 0011
+
+
+async def game_id(session: AsyncSession) -> str:
+    """This game's id: every key the clip store holds for it starts with it (revision 0011 made it). A database
+    made without the migrations (a test's ``create_all``) gets one the first time it is asked."""
+    found = await get_app_state(session, GAME_ID)
+    if found is None:
+        found = f"g{secrets.token_hex(8)}"
+        await set_app_state(session, GAME_ID, found)
+    return found
 
 
 async def set_app_state(session: AsyncSession, key: str, value: str) -> None:

@@ -12,15 +12,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from celery import Celery
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bot.app import AnimeGamerBot
-from bot.clip_store import ClipStore
+from bot.clip_store import ClipStore, FolderStore
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import apply_result, create_turn, set_job_messages
 from db.models import (
     AllowedChannel,
+    AppState,
     AuditLog,
     Ban,
     BlockedTerm,
@@ -31,7 +32,7 @@ from db.models import (
     Player,
     Turn,
 )
-from db.queries import get_or_create_character
+from db.queries import GAME_ID, game_id, get_or_create_character
 from game.safety import SafetyReport
 from relay.celery_app import make_celery
 from relay.settings import Settings
@@ -185,16 +186,37 @@ async def seed_turn(
             user_id=user_id,
         )
         if done:
-            ClipStore.of(settings).put(ClipStore.key(guild_id, job.id), b"not really an mp4")
+            store = ClipStore.of(settings)
+            store.game = await game_id(session)
+            store.put(store.key(guild_id, job.id), b"not really an mp4")
             result = turn_result(job.id, **({"safety": safety} if safety is not None else {}))
-            assert await apply_result(session, job.id, result, ClipStore.key(guild_id, job.id))
+            assert await apply_result(session, job.id, result, store.key(guild_id, job.id))
             if posted:
                 await set_job_messages(session, job.id, result_message_id=1)  # already posted: nothing to deliver
         return job.id
 
 
+def game_store(settings: Settings) -> ClipStore:
+    """The game's clip store as its bot uses it: new keys under the game's id, read from its SQLite database."""
+    store = ClipStore.of(settings)
+    engine = create_engine(settings.database_url.replace("sqlite+aiosqlite", "sqlite"))
+    try:
+        with engine.connect() as connection:
+            store.game = connection.execute(select(AppState.value).where(AppState.key == GAME_ID)).scalar_one()
+    finally:
+        engine.dispose()
+    return store
+
+
+def kept_recaps(store: ClipStore) -> list[str]:
+    """The recaps the store keeps for its game."""
+    return store.keys(f"{store.game}/recaps/")
+
+
 def clip_path(settings: Settings, guild_id: int, job_id: int) -> Path:
-    return ClipStore.of(settings).path(ClipStore.key(guild_id, job_id))
+    store = game_store(settings)
+    assert isinstance(store, FolderStore)
+    return store.path(store.key(guild_id, job_id))
 
 
 def idle_queue(settings: Settings, tmp_path: Path) -> Celery:

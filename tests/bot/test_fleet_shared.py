@@ -39,8 +39,9 @@ def s3(tmp_path: Path) -> Iterator[S3Server]:
 
 
 def recaps_in(store: S3Server) -> list[str]:
-    listed = store.client().list_objects_v2(Bucket=store.bucket, Prefix="fleet/recaps/")
-    return [item["Key"] for item in listed.get("Contents", [])]
+    """The kept recaps under the fleet's prefix (``fleet/<game>/recaps/...``)."""
+    listed = store.client().list_objects_v2(Bucket=store.bucket, Prefix="fleet/")
+    return [item["Key"] for item in listed.get("Contents", []) if "/recaps/" in item["Key"]]
 
 
 async def test_a_recap_made_by_one_process_is_reused_and_its_cooldown_kept_by_the_other(

@@ -23,7 +23,8 @@ from db.models import Job
 from relay.settings import Settings
 from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import idle_settings, running_bot, settings_beside, wait_for_db
-from tests.bot.helpers import accepted, seed_turn
+from tests.bot.helpers import accepted, game_store, kept_recaps, seed_turn
+from tests.discord_double import Channel, DiscordDouble, Guild
 from tests.s3_server import S3Server
 
 pytestmark = pytest.mark.slow  # each module starts a SeaweedFS server
@@ -84,13 +85,13 @@ async def test_the_bot_posts_a_clip_it_reads_from_the_store(s3: S3Server, tmp_pa
     async with running_bot(double, settings):
         where = (double.guild.id, double.guild.channel.id, double.player.id)
         job_id = await seed_turn(settings, *where, done=True, posted=False)
-        store = ClipStore.of(settings)
+        store = game_store(settings)
         assert isinstance(store, S3Store)
         ((message_id,),) = await wait_for_db(
             settings, select(Job.result_message_id).where(Job.id == job_id), lambda rows: rows[0][0], timeout=30
         )
     (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
-    assert clip.data == store.get(ClipStore.key(double.guild.id, job_id))
+    assert clip.data == store.get(store.key(double.guild.id, job_id))
 
 
 def test_check_names_the_bucket_and_the_endpoint_on_wrong_credentials_and_never_the_secret(
@@ -127,7 +128,8 @@ async def test_a_turn_made_by_a_worker_is_stored_in_the_bucket_and_posted_from_i
             settings, select(Job.id, Job.result_message_id), lambda rows: rows and rows[0][1], timeout=90
         )
     (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
-    assert ClipStore.of(settings).get(ClipStore.key(double.guild.id, job_id)) == clip.data
+    store = game_store(settings)
+    assert store.get(store.key(double.guild.id, job_id)) == clip.data
     assert not (tmp_path / "clips").exists()  # nothing of it in a folder
 
 
@@ -162,10 +164,10 @@ async def test_a_store_that_is_down_while_a_turn_finishes_delays_its_post_and_lo
 
 async def test_purging_a_player_deletes_their_clips_from_the_store(s3: S3Server, tmp_path: Path, double) -> None:
     settings = s3.settings(idle_settings(tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path}/game.db"), "purge")
-    store = ClipStore.of(settings)
     async with running_bot(double, settings):
         job_id = await seed_turn(settings, double.guild.id, double.guild.channel.id, double.player.id, done=True)
-        key = ClipStore.key(double.guild.id, job_id)
+        store = game_store(settings)
+        key = store.key(double.guild.id, job_id)
         assert store.exists(key)
         purge = await double.slash("admin purge", {"user": double.player}, user=double.guild.owner)
         assert "1 clip file(s)" in (await purge.answer()).json["content"]
@@ -207,3 +209,43 @@ async def test_a_store_that_is_down_when_a_clip_is_to_be_posted_delays_the_post_
     assert len(clip.data) > 1000
     assert sum(told in text for text in edits) == 1
     assert len([m for m in double.messages() if any(f.filename.endswith(".mp4") for f in m.files.values())]) == 1
+
+
+async def test_two_games_on_one_bucket_never_read_or_delete_each_others_clips_or_recaps(
+    s3: S3Server, sqlite_worker, tmp_path: Path
+) -> None:
+    """Two games (a database each) on one bucket and prefix, each with its job 1 in the same server (a channel each:
+    one bot user posting job 1 twice in one channel would be folded by Discord's nonce) and a recap of its story 5:
+    job and story ids start at 1 in every game, so before keys carried the game's id the second game's purge
+    deleted the first game's clip, and the second game's recap was the first game's, reused."""
+    guild = Guild(channels=[Channel("first"), Channel("second")])
+    stores = []
+    async with DiscordDouble([guild]) as double:
+        for game, channel in zip(("first", "second"), guild.channels, strict=True):
+            settings = s3.settings(settings_beside(sqlite_worker, tmp_path / game), "shared")
+            async with running_bot(double, settings, sqlite_worker):
+                await (await double.slash("start", {"character": "Qiqi"}, channel_id=channel.id)).answer()
+                wave = {"motion": "gently wave", "background": "day town"}
+                await accepted(await double.slash("act", wave, channel_id=channel.id))
+                ((job_id, message_id),) = await wait_for_db(
+                    settings, select(Job.id, Job.result_message_id), lambda rows: rows and rows[0][1], timeout=90
+                )
+                store = game_store(settings)
+                (clip,) = [f for f in double.message(message_id).files.values() if f.filename.endswith(".mp4")]
+                assert job_id == 1 and store.get(store.key(guild.id, 1)) == clip.data, game
+                stores.append(store)
+                if game == "second":  # the second game purges its player, and its clip with them
+                    purge = await double.slash("admin purge", {"user": double.player}, user=guild.owner)
+                    assert "1 clip file(s)" in (await purge.answer()).json["content"]
+    first, second = stores
+    assert first.game != second.game
+    assert first.exists(first.key(guild.id, 1)) and not second.exists(second.key(guild.id, 1))
+    recaps = []
+    for store in (first, second):
+        (tmp_path / store.game).mkdir()
+        store.put(store.key(guild.id, 2), first.get(first.key(guild.id, 1)))  # its story's clip
+        clips = [(1, store.key(guild.id, 2))]
+        recaps.append(recap_file(store, 5, clips, 10 * 1024 * 1024, tmp_path / store.game))
+    assert [fresh for _, fresh in recaps] == [True, True]  # the second game's recap is its own, not the first's
+    forget(first, 5)
+    assert kept_recaps(first) == [] and len(kept_recaps(second)) == 1

@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import undefer
 
-from bot.clip_store import ClipStore
 from db.engine import make_engine, make_sessionmaker
 from db.jobs import history_turn
 from db.models import Character, GuildSettings, Job, Story, StoryStatus, Turn
@@ -20,7 +19,7 @@ from game.contract import TurnRequest
 from game.safety import SafetyReport
 from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import read_db, running_bot, wait_for_db
-from tests.bot.helpers import accepted, private_text, shown
+from tests.bot.helpers import accepted, game_store, kept_recaps, private_text, shown
 from tests.discord_double import member
 from tests.results import report
 
@@ -163,12 +162,12 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
 ):
     settings = bot_settings.model_copy(update={"recap_cooldown_seconds": 0})
     clips = story_clips(tmp_path / "made", turns=4)
-    store = ClipStore.of(settings)
     async with running_bot(double, settings):
+        store = game_store(settings)
         await begin_story(double)
         await add_finished_turns(settings, clips[:3])
         (first,) = await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
-        (kept,) = store.keys("recaps/")
+        (kept,) = kept_recaps(store)
         made = store.path(kept).stat()
         (again,) = await (await double.slash("story recap", user=PLAYERS[1])).followups(timeout=60)
         reused = store.path(kept).stat()
@@ -177,8 +176,8 @@ async def test_a_second_recap_with_no_new_turn_posts_the_kept_clip_without_encod
     assert recap_clip(again) == recap_clip(first)
     assert (reused.st_ino, reused.st_mtime_ns) == (made.st_ino, made.st_mtime_ns)  # not made again
     assert decoded_frames(recap_clip(later)) == 4 * FRAMES
-    assert store.keys("recaps/") != [kept]  # the outdated recap is gone
-    assert len(store.keys("recaps/")) == 1
+    assert kept_recaps(store) != [kept]  # the outdated recap is gone
+    assert len(kept_recaps(store)) == 1
 
 
 async def test_a_recap_leaves_out_a_clip_the_servers_policy_withholds_here(double, bot_settings, tmp_path):
@@ -192,14 +191,14 @@ async def test_a_recap_leaves_out_a_clip_the_servers_policy_withholds_here(doubl
 
 
 async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_turns(double, bot_settings, tmp_path):
-    store = ClipStore.of(bot_settings)
     async with running_bot(double, bot_settings):
+        store = game_store(bot_settings)
         await begin_story(double)
         await add_finished_turns(bot_settings, story_clips(tmp_path / "made", turns=3))
         await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
-        assert store.keys("recaps/")
+        assert kept_recaps(store)
         await (await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)).answer()
-        await double.wait_until(lambda: not store.keys("recaps/"), 10, "the kept recap to be deleted")
+        await double.wait_until(lambda: not kept_recaps(store), 10, "the kept recap to be deleted")
 
 
 async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(double, bot_settings, tmp_path):

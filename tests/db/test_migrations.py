@@ -143,8 +143,30 @@ async def _create_all(url: str) -> None:
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0010"
+    assert head_revision() == "0011"
     assert await current_revision(db_url) == head_revision()
+
+
+async def stored_game_id(url: str) -> str | None:
+    engine = make_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            found = await conn.execute(text("SELECT value FROM app_state WHERE key = 'game_id'"))
+            return found.scalar_one_or_none()
+    finally:
+        await engine.dispose()
+
+
+async def test_each_database_gets_a_game_id_of_its_own_when_first_migrated_and_keeps_it(tmp_path: Path) -> None:
+    """Every clip store key starts with it (revision 0011): two games' ids differ, and upgrading again keeps it."""
+    made = []
+    for name in ("first", "second"):
+        url = sqlite_url(tmp_path / f"{name}.db")
+        await upgrade_async(url)
+        made.append(await stored_game_id(url))
+        await upgrade_async(url)
+        assert await stored_game_id(url) == made[-1]
+    assert made[0] != made[1] and all(re.fullmatch(r"g[0-9a-f]{16}", str(game)) for game in made), made
 
 
 def test_upgrade_twice_is_a_no_op(db_url: str) -> None:

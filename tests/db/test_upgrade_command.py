@@ -15,6 +15,13 @@ from tests.workers import REPO
 pytestmark = pytest.mark.slow  # a PostgreSQL server
 
 
+def db_upgrade(url: str) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")}, "ANIMEGAMER_DATABASE_URL": url}
+    return subprocess.run(
+        [sys.executable, "-m", "animegamer", "db", "upgrade"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+
+
 def test_db_upgrade_migrates_and_never_prints_the_databases_password(postgres: Postgres):
     if reason := postgres.unavailable():
         pytest.skip(reason)
@@ -22,15 +29,20 @@ def test_db_upgrade_migrates_and_never_prints_the_databases_password(postgres: P
     try:
         # The test server trusts local connections, so any password is accepted and must still stay unseen.
         url = make_url(postgres.url_for(name)).set(password="hunter2").render_as_string(hide_password=False)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("ANIMEGAMER_")},
-            "ANIMEGAMER_DATABASE_URL": url,
-        }
-        run = subprocess.run(
-            [sys.executable, "-m", "animegamer", "db", "upgrade"], cwd=REPO, env=env, capture_output=True, text=True
-        )
+        run = db_upgrade(url)
     finally:
         postgres.drop(name)
     assert run.returncode == 0, run.stderr
     assert "Database at head" in run.stdout and "***" in run.stdout
+    assert "hunter2" not in run.stdout + run.stderr
+
+
+def test_db_upgrade_of_a_database_that_does_not_exist_says_so_in_one_line_and_how_to_make_it(postgres: Postgres):
+    if reason := postgres.unavailable():
+        pytest.skip(reason)
+    url = make_url(postgres.url_for("no_such_game")).set(password="hunter2").render_as_string(hide_password=False)
+    run = db_upgrade(url)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    (said,) = run.stderr.strip().splitlines()
+    assert said.startswith('The database "no_such_game" does not exist on') and "CREATE DATABASE no_such_game" in said
     assert "hunter2" not in run.stdout + run.stderr
