@@ -85,10 +85,18 @@ class ClipStore(ABC):
     def keys(self, prefix: str) -> list[str]:
         """Every key that starts with ``prefix``."""
 
-    @abstractmethod
     def delete(self, keys: Iterable[str]) -> list[str]:
-        """Delete each key; returns the keys that were already gone (a store that cannot tell returns none). One
-        that cannot be deleted stays, logged."""
+        """Delete each key; returns the keys that were already gone. What the store could not delete is logged: a
+        caller whose row no longer names the key records the deletion first (bot/clip_deletes.py)."""
+        missing, failed = self.delete_now(keys)
+        for key in failed:
+            log.warning("clip %s not deleted (the store did not answer)", key)
+        return missing
+
+    @abstractmethod
+    def delete_now(self, keys: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Delete each key; returns the keys that were already gone (a store that cannot tell returns none) and the
+        keys it could not delete now (a store that is down, a file it may not remove)."""
 
 
 class StoreUnavailable(OSError):
@@ -194,8 +202,8 @@ class FolderStore(ClipStore):
         found = [p.name for p in where.iterdir() if p.is_file() and p.name.startswith(start)]
         return sorted(f"{folder}/{name}" if folder else name for name in found if not name.startswith("."))
 
-    def delete(self, keys: Iterable[str]) -> list[str]:
-        missing = []
+    def delete_now(self, keys: Iterable[str]) -> tuple[list[str], list[str]]:
+        missing, failed = [], []
         for key in keys:
             try:
                 self.path(key).unlink()
@@ -203,7 +211,8 @@ class FolderStore(ClipStore):
                 missing.append(key)
             except OSError as exc:
                 log.warning("clip %s not deleted (%s)", key, exc)
-        return missing
+                failed.append(key)
+        return missing, failed
 
 
 class S3Store(ClipStore):
@@ -299,10 +308,11 @@ class S3Store(ClipStore):
         found = self._call("list", prefix, lambda: [item["Key"] for page in pages for item in page.get("Contents", [])])
         return sorted(key.removeprefix(self.prefix) for key in found)
 
-    def delete(self, keys: Iterable[str]) -> list[str]:
-        wanted = list(keys)
+    def delete_now(self, keys: Iterable[str]) -> tuple[list[str], list[str]]:
+        wanted, failed = list(keys), []
         for start in range(0, len(wanted), 1000):  # S3 deletes at most 1,000 objects a request
-            batch = [{"Key": self.prefix + key} for key in wanted[start : start + 1000]]
+            chunk = wanted[start : start + 1000]
+            batch = [{"Key": self.prefix + key} for key in chunk]
             try:
                 answer = self._call(
                     "delete",
@@ -313,7 +323,10 @@ class S3Store(ClipStore):
                 )
             except StoreUnavailable as exc:
                 log.warning("%s", exc)
+                failed += chunk
                 continue
             for error in answer.get("Errors", []):
                 log.warning("clip %s not deleted (%s)", error.get("Key"), error.get("Code"))
-        return []  # S3 deletes a missing object as happily as a present one: it cannot tell which were gone
+                failed.append(str(error.get("Key", "")).removeprefix(self.prefix))
+        # S3 deletes a missing object as happily as a present one: it cannot tell which were gone.
+        return [], failed

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
+from bot.clip_deletes import delete_owed
 from bot.clip_store import StoreUnavailable
 from bot.safety import ClipRules
 from db import moderation
@@ -259,8 +260,8 @@ class Delivery:
             decision = "posted_flagged" if verdict.post else f"withheld_{'flagged' if verdict.checked else 'unchecked'}"
             self.metrics.clip_safety.labels(decision).inc()
         if not verdict.post:
-            if turn.clip_key:
-                await asyncio.to_thread(self.clips.delete, [turn.clip_key])
+            if turn.clip_key:  # its deletion recorded as it was withheld
+                await delete_owed(self.sessions, self.clips, [turn.clip_key])
             await self.notices.reach(
                 job,
                 f"The clip of your turn `{job.instruction}` was not posted: {verdict.why}. "

@@ -7,13 +7,13 @@ marked in one guarded statement with its reports closed and an audit row, then t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING
 
 import discord
 
+from bot.clip_deletes import delete_owed
 from db import moderation, reports
 from db.models import Job, Turn
 
@@ -23,10 +23,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def take_down_clip(bot: AnimeGamerBot, job: Job, turn: Turn, *, actor_id: int, action: str) -> bool:
-    """Delete the turn's posted message and its stored clip; False when it was taken down already."""
+PENDING = " (The stored clip is deleted as soon as the clip store answers again.)"
+
+
+async def take_down_clip(bot: AnimeGamerBot, job: Job, turn: Turn, *, actor_id: int, action: str) -> bool | None:
+    """Delete the turn's posted message and its stored clip. None when it was taken down already; else whether the
+    stored clip is gone now (False: its deletion is recorded, and done once the store answers again)."""
     if turn.clip_removed_at is not None:
-        return False
+        return None
     if job.channel_id and job.result_message_id:  # 0: never posted (undeliverable)
         channel = bot.get_partial_messageable(job.channel_id, guild_id=job.guild_id)
         with contextlib.suppress(discord.NotFound):  # deleted in Discord already: the rest still has to happen
@@ -34,12 +38,11 @@ async def take_down_clip(bot: AnimeGamerBot, job: Job, turn: Turn, *, actor_id: 
     async with bot.sessions() as session, session.begin():
         taken, key = await reports.take_down(session, turn.id)
         if not taken:
-            return False
+            return None
         closed = await reports.resolve_reports(session, turn.id, reports.REMOVED, actor_id)
         if job.guild_id is not None:
             details = f"{closed} open report(s); {turn.instruction}"[:500]
             await moderation.audit(session, job.guild_id, actor_id, action, f"job {job.id}", details)
-    if key:
-        await asyncio.to_thread(bot.clips.delete, [key])
+    owed = await delete_owed(bot.sessions, bot.clips, [key]) if key else []  # recorded with the take-down
     log.info("job %s: clip taken down (%s by %s)", job.id, action, actor_id)
-    return True
+    return not owed

@@ -16,6 +16,7 @@ import logging
 from datetime import timedelta
 
 from bot.background import Background
+from bot.clip_deletes import retry_owed
 from bot.clip_store import ClipStore
 from bot.queue import TurnQueue
 from db.engine import Sessions
@@ -69,6 +70,7 @@ class Retention(Background):
             try:
                 if await self.due():
                     await self.run_once()
+                await retry_owed(self.sessions, self.clips)  # deletions a store that was down still owes
                 self.ticked()
             except Exception:
                 log.exception("retention sweep failed; trying again in an interval")

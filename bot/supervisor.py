@@ -32,13 +32,14 @@ from sqlalchemy import select
 
 from bot.background import Background
 from bot.cards import progress_text
+from bot.clip_deletes import delete_owed
 from bot.clip_store import ClipStore
 from bot.metrics import BotMetrics
 from bot.notices import Notices
 from bot.outbox import Outbox
 from bot.presence import WorkerPresence
 from bot.queue import Look, QueueUnavailable, TurnQueue
-from db import moderation
+from db import clip_deletes, moderation
 from db.engine import Sessions
 from db.jobs import (
     JobInfo,
@@ -297,7 +298,9 @@ class Supervisor(Background):
             async with self.sessions() as session:
                 status = (await session.execute(select(Job.status).where(Job.id == job.id))).scalar()
             if status is not JobStatus.DONE:  # a done job's recorded clip is this very one: never delete it
-                await asyncio.to_thread(self.clips.delete, [key])
+                async with self.sessions() as session, session.begin():
+                    await clip_deletes.record(session, [key])
+                await delete_owed(self.sessions, self.clips, [key])
         else:
             self.metrics.turn_ended("done")
             waited = (self.clock.now() - job.queued_at).total_seconds()

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import QueryableAttribute, aliased, undefer
 
+from db import clip_deletes
 from db.base import utcnow
 from db.models import Character, Job, JobKind, Story, StoryStatus, Turn, new_task_id
 from game.contract import HistoryTurn, TurnResult, inline
@@ -424,9 +425,12 @@ async def record_post(session: AsyncSession, job_id: int, message_id: int) -> bo
 
 
 async def withhold_clip(session: AsyncSession, turn_id: int, why: str) -> None:
-    """Record that a turn's clip was not posted, and why, and forget its stored clip (the caller deletes the file
-    once this commits). The turn itself, its text and its state, stays: the story goes on."""
+    """Record that a turn's clip was not posted, and why, and forget its stored clip, its deletion recorded (the
+    caller deletes it once this commits). The turn itself, its text and its state, stays: the story goes on."""
+    key = (await session.execute(select(Turn.clip_key).where(Turn.id == turn_id))).scalar()
     await session.execute(update(Turn).where(Turn.id == turn_id).values(clip_withheld=why[:300], clip_key=None))
+    if key:
+        await clip_deletes.record(session, [key])
 
 
 async def note_cancel_marked(session: AsyncSession, job_id: int) -> None:

@@ -597,6 +597,17 @@ class ClipReport(Base):
     resolved_by: Mapped[Snowflake | None]
 
 
+class ClipDelete(Base):
+    """A stored object (a clip or a kept recap, by its key) whose deletion is owed (db/clip_deletes.py): recorded in
+    the transaction that clears the key from its row, removed once the store has deleted the object."""
+
+    __tablename__ = "clip_deletes"
+
+    key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    created_at: Mapped[CreatedAt]
+    attempts: Mapped[int] = mapped_column(default=0, server_default="0")
+
+
 class AppState(Base):
     """Process-wide facts that outlive a restart, e.g. the hash of the last command sync."""
 
@@ -615,6 +626,7 @@ __all__ = [
     "Ban",
     "BlockedTerm",
     "Character",
+    "ClipDelete",
     "ClipReport",
     "Guild",
     "GuildSettings",

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from db import clip_deletes
 from db.base import utcnow
 from db.jobs import status_in
 from db.models import (
@@ -224,6 +225,7 @@ async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> li
         )
     ).scalars()
     keys = [key for key in clips if key]
+    await clip_deletes.record(session, keys)  # in this transaction: the rows that name them go with it
     await session.execute(delete(Player).where(Player.id == player.id))
     return keys
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from db import clip_deletes
 from db.base import utcnow
 from db.models import ClipReport, Job, Turn
 from db.queries import insert_ignore
@@ -71,12 +72,14 @@ async def resolve_reports(session: AsyncSession, turn_id: int, resolution: str, 
 
 
 async def take_down(session: AsyncSession, turn_id: int) -> tuple[bool, str | None]:
-    """Mark a turn's posted clip taken down, once. Returns whether this call did it, and the stored clip's key for
-    the caller to delete once this commits (None when none is kept)."""
+    """Mark a turn's posted clip taken down, once. Returns whether this call did it, and the stored clip's key, whose
+    deletion is recorded here, for the caller to delete once this commits (None when none is kept)."""
     key = (await session.execute(select(Turn.clip_key).where(Turn.id == turn_id))).scalar()
     done = await session.execute(
         update(Turn)
         .where(Turn.id == turn_id, Turn.clip_removed_at.is_(None))
         .values(clip_removed_at=utcnow(), clip_key=None)
     )
+    if done.rowcount and key:
+        await clip_deletes.record(session, [key])
     return bool(done.rowcount), key

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from db import clip_deletes
 from db.base import utcnow
 from db.engine import Sessions
 from db.models import Turn
@@ -127,6 +128,7 @@ async def prune_batch(
             else {"clip_key": None, "clip_expired_at": utcnow()}
         )
         await session.execute(update(Turn).where(Turn.id.in_(pruned)).values(**values))
+        await clip_deletes.record(session, files)  # owed until the store has deleted them (bot/clip_deletes.py)
     cursor = (rows[-1].created_at, rows[-1].id) if len(rows) == size else None
     return Batch(looked_at=len(rows), pruned=pruned, files=files, cursor=cursor)
 

@@ -19,11 +19,11 @@ from sqlalchemy import select
 from animegamer.checks import run_checks
 from bot.clip_store import ClipStore, FolderStore, S3Store
 from bot.recaps import forget, recap_file
-from db.models import Job
+from db.models import ClipDelete, Job
 from relay.settings import Settings
 from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import idle_settings, running_bot, settings_beside, wait_for_db
-from tests.bot.helpers import accepted, game_store, kept_recaps, seed_turn
+from tests.bot.helpers import accepted, count_rows, game_store, kept_recaps, private_text, seed_turn
 from tests.discord_double import Channel, DiscordDouble, Guild
 from tests.s3_server import S3Server
 
@@ -249,3 +249,41 @@ async def test_two_games_on_one_bucket_never_read_or_delete_each_others_clips_or
     assert [fresh for _, fresh in recaps] == [True, True]  # the second game's recap is its own, not the first's
     forget(first, 5)
     assert kept_recaps(first) == [] and len(kept_recaps(second)) == 1
+
+
+async def test_a_removal_and_a_purge_while_the_store_is_down_delete_their_clips_once_it_is_back(
+    tmp_path: Path, double
+) -> None:
+    """SeaweedFS is killed; an admin removes one turn's clip and purges another player: each answer says the stored
+    clip is still to go, the deletions are recorded, and once the store is back both objects are gone and nothing
+    is owed (each bot process's retention loop retries what is owed). Before, S3Store.delete logged the outage
+    after the keys were cleared, and the objects stayed in the bucket for good."""
+    own = S3Server(tmp_path / "seaweedfs")
+    own.start()
+    try:
+        database = f"sqlite+aiosqlite:///{tmp_path}/game.db"
+        settings = own.settings(idle_settings(tmp_path, database_url=database, retention_interval_seconds=1), "owed")
+        owner = double.guild.owner
+        async with running_bot(double, settings):
+            where = (double.guild.id, double.guild.channel.id)
+            removed = await seed_turn(settings, *where, owner.id, done=True)
+            await seed_turn(settings, *where, double.player.id, done=True)
+            store = game_store(settings)
+            keys = store.keys(f"{store.game}/")
+            assert len(keys) == 2
+            own.stop()
+            removal = await double.slash("admin reports remove", {"job": removed}, user=owner)
+            removed_said = private_text(await removal.answer(timeout=60))
+            purge = await double.slash("admin purge", {"user": double.player}, user=owner)
+            purged_said = private_text(await purge.answer(timeout=60))
+            owed_while_down = await count_rows(settings, ClipDelete)
+            own.start()
+            deadline = asyncio.get_running_loop().time() + 60
+            while store.keys(f"{store.game}/") or await count_rows(settings, ClipDelete):
+                assert asyncio.get_running_loop().time() < deadline, store.keys(f"{store.game}/")
+                await asyncio.sleep(0.5)
+    finally:
+        own.stop()
+    assert "deleted as soon as the clip store answers" in removed_said, removed_said
+    assert "0 clip file(s). 1 more will be deleted as soon as the clip store answers" in purged_said, purged_said
+    assert owed_while_down == 2

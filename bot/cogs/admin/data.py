@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
+from bot.clip_deletes import delete_owed
 from bot.errors import fill
 from bot.queue import QueueUnavailable
 from bot.recaps import forget
@@ -42,12 +43,13 @@ class DataCommands:
             stories = await moderation.stories_of_player(session, interaction.guild_id, user.id)
             clips = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
-        deleted = len(clips) - len(await asyncio.to_thread(self.bot.clips.delete, clips))
+        owed = await delete_owed(self.bot.sessions, self.bot.clips, clips)  # recorded as their rows went
         for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
             await asyncio.to_thread(forget, self.bot.clips, story_id)
-        await fill(
-            interaction, f"Deleted {user.mention}'s characters and turns, and {deleted} clip file(s).", ephemeral=True
-        )
+        said = f"Deleted {user.mention}'s characters and turns, and {len(clips) - len(owed)} clip file(s)."
+        if owed:
+            said += f" {len(owed)} more will be deleted as soon as the clip store answers."
+        await fill(interaction, said, ephemeral=True)
         # After answering: a broker can take seconds to refuse. Their turns' rows are gone already,
         # so a result that still arrives finds no job and is never applied or posted.
         for job in in_flight:

@@ -9,7 +9,7 @@ import discord
 from discord import app_commands
 
 from bot.errors import Refusal, fill
-from bot.reports import take_down_clip
+from bot.reports import PENDING, take_down_clip
 from db import moderation
 from db.jobs import turn_of_job
 from db.models import Job, Turn
@@ -82,9 +82,11 @@ class SafetyCommands:
     @app_commands.describe(job="the job number /admin reports list shows")
     async def reports_remove(self, interaction: discord.Interaction, job: app_commands.Range[int, 1, None]) -> None:
         found, turn = await self._reported(interaction, job)
-        if not await take_down_clip(self.bot, found, turn, actor_id=interaction.user.id, action="clip removed"):
+        gone = await take_down_clip(self.bot, found, turn, actor_id=interaction.user.id, action="clip removed")
+        if gone is None:
             raise Refusal(f"Job {job}'s clip was already taken down.")
-        await fill(interaction, f"Job {job}'s clip and its message are deleted; the turn stays.", ephemeral=True)
+        said = f"Job {job}'s clip and its message are deleted; the turn stays."
+        await fill(interaction, said + ("" if gone else PENDING), ephemeral=True)
 
     @reports.command(name="dismiss", description="Close a clip's reports and keep the clip")
     @app_commands.describe(job="the job number /admin reports list shows")

@@ -1,0 +1,45 @@
+"""Deleting stored clips and recaps so that the deletion outlives an outage of the store.
+
+A caller records the keys (``db.clip_deletes.record``) in the transaction that clears them from their rows, then
+calls ``delete_owed``: what the store deleted, or found gone, is no longer owed; what it could not delete stays
+owed, and every bot process's retention loop tries it again each minute (``retry_owed``) until the store answers.
+So no object outlives its row for longer than the store is down, and an answer can say what is still to go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from bot.clip_store import ClipStore
+from db import clip_deletes
+from db.engine import Sessions
+
+log = logging.getLogger(__name__)
+
+
+async def delete_owed(sessions: Sessions, store: ClipStore, keys: Sequence[str]) -> list[str]:
+    """Delete ``keys``, whose deletion is recorded; returns those the store could not delete now (still owed)."""
+    if not keys:
+        return []
+    _, failed = await asyncio.to_thread(store.delete_now, keys)
+    async with sessions() as session, session.begin():
+        await clip_deletes.done(session, set(keys) - set(failed))
+        await clip_deletes.tried(session, failed)
+    if failed:
+        log.warning("%d stored clip(s) not deleted now; each is tried again every minute until it is", len(failed))
+    return failed
+
+
+async def retry_owed(sessions: Sessions, store: ClipStore) -> int:
+    """Try every owed deletion again; returns how many are still owed."""
+    async with sessions() as session:
+        keys = await clip_deletes.owed(session)
+    if not keys:
+        return 0
+    failed = await delete_owed(sessions, store, keys)
+    if len(keys) > len(failed):
+        log.info("%d owed clip deletion(s) done", len(keys) - len(failed))
+    async with sessions() as session:
+        return await clip_deletes.count(session)
