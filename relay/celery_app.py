@@ -52,6 +52,12 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_timeout=settings.broker_timeout,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout,
+            # Kombu puts back every delivered message older than the consumer's visibility timeout from one index
+            # per Redis database: one per game's queues, so a game (or test) with a short timeout on the same
+            # database never hands another game's running turn to a second worker.
+            "unacked_key": f"{settings.queue}.unacked",
+            "unacked_index_key": f"{settings.queue}.unacked_index",
+            "unacked_mutex_key": f"{settings.queue}.unacked_mutex",
             "socket_connect_timeout": settings.broker_timeout,
             "socket_timeout": max(settings.broker_timeout, 10.0),
         },

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import time
 import uuid
 
 import pytest
+from kombu import Queue
 
 from game.contract import PROGRESS_STATE, TASK_NAME, Stage, TurnRequest, TurnResult
 from media.mp4 import decode_mp4
@@ -87,6 +90,32 @@ def test_a_turn_sent_twice_is_made_once(worker, request):
         assert time.monotonic() < deadline, "the second copy was never dropped"
         time.sleep(0.1)
     assert running.said(f"job {job_id} done in") == 1
+
+
+def test_a_game_with_a_short_visibility_timeout_never_puts_back_another_games_running_turn(redis_url, tmp_path):
+    """Kombu's Redis transport keeps each delivered, unacknowledged message in an index, and every consumer puts back
+    those delivered longer ago than its own visibility timeout. With one index for the whole Redis database, a game
+    (or a test) with a short timeout handed another game's running turn to a second worker (seen in the fleet tests:
+    Bob's turn, same task id, started again 24 s after it was taken); each game's queue now has its own index."""
+    running = make_celery(settings_for(worker_env(tmp_path / "a", redis_url)))
+    hasty = make_celery(settings_for(worker_env(tmp_path / "b", redis_url, ANIMEGAMER_VISIBILITY_TIMEOUT="1")))
+    queue = running.conf.task_default_queue
+    running.send_task(TASK_NAME, args=[{}], task_id=uuid.uuid4().hex)
+    with running.connection_for_read() as taking, hasty.connection_for_read() as sweeping:
+        channel = taking.default_channel
+        deadline = time.monotonic() + 10
+        while (message := channel.basic_get(queue, no_ack=False)) is None:  # a worker's delivery: the turn runs
+            assert time.monotonic() < deadline, "the turn never reached its queue"
+            time.sleep(0.05)
+        try:
+            time.sleep(1.5)  # older than the hasty game's visibility timeout
+            idle = sweeping.Consumer(Queue(hasty.conf.task_default_queue), callbacks=[lambda body, msg: None])
+            with idle, contextlib.suppress(socket.timeout):
+                sweeping.drain_events(timeout=0.5)  # an idle worker's poll, which puts back what it deems lost
+            assert channel.client.llen(queue) == 0
+        finally:
+            channel.basic_ack(message.delivery_tag)
+            channel.queue_delete(queue)
 
 
 def test_a_broker_that_does_not_answer_is_reported_not_waited_for(tmp_path):
