@@ -146,7 +146,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
             self.delivery,
         )
         self.loop_watch = LoopWatch()
-        self.retention = Retention(settings, self.open_session, self.clips, self.blobs, self.queue, self.process)
+        self.retention = Retention(settings, self.open_session, self.clips, self.blobs, self.queue, self.process, self)
         self.suggestions = Suggestions(settings, self.open_session)
         # SQLite has one writer at a time: turn submissions queue here, where waiting costs nothing and
         # has no deadline, instead of in SQLite's busy handler, which gives up after db_busy_timeout.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import discord
 
 from bot.errors import Refusal, defer_privately, fill, refuse_or_raise
-from bot.reports import PENDING, take_down_clip
+from bot.reports import take_down_clip
 from bot.turns import TurnInput, submit_turn
 from db import reports
 from db.jobs import turn_of_job
@@ -107,7 +107,7 @@ async def delete(interaction: discord.Interaction, job_id: int) -> None:
     gone = await take_down_clip(bot, job, turn, actor_id=interaction.user.id, action="clip deleted by its player")
     if gone is None:
         raise Refusal("That clip was already taken down.")
-    await fill(interaction, "Your clip is deleted. The turn still counts." + ("" if gone else PENDING), ephemeral=True)
+    await fill(interaction, "Your clip is deleted. The turn still counts." + gone.said(), ephemeral=True)
 
 
 # action -> (label, emoji, style, handler), in the order the buttons appear

@@ -41,6 +41,11 @@ def _version(turn_ids: Sequence[int], limit_bytes: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def recap_key(store: ClipStore, story_id: int, turn_ids: Sequence[int], limit_bytes: int) -> str:
+    """The key of the kept recap of these turns fitted to this limit."""
+    return f"{_stem(store, story_id)}{_version(turn_ids, limit_bytes)}.mp4"
+
+
 def forget(store: ClipStore, story_id: int) -> None:
     """Delete every kept recap of the story (and its too-large marks)."""
     store.delete(store.keys(_stem(store, story_id)))
@@ -58,8 +63,8 @@ def recap_file(
     """
     if not clips:
         raise ValueError("the story has no clips to join")
-    stem = _stem(store, story_id) + _version([turn_id for turn_id, _ in clips], limit_bytes)
-    final, too_large = f"{stem}.mp4", f"{stem}{TOO_LARGE}"
+    final = recap_key(store, story_id, [turn_id for turn_id, _ in clips], limit_bytes)
+    too_large = final.removesuffix(".mp4") + TOO_LARGE
     recap = work / "recap.mp4"
     if store.exists(final):
         store.copy_to(final, recap)

@@ -15,7 +15,10 @@ import asyncio
 import logging
 from datetime import timedelta
 
+import discord
+
 from bot.background import Background
+from bot.clip_copies import take_down_withdrawn
 from bot.clip_deletes import retry_owed
 from bot.clip_store import ClipStore
 from bot.queue import TurnQueue
@@ -59,9 +62,11 @@ class Retention(Background):
         blobs: BlobStore,
         queue: TurnQueue,
         process: str,
+        discord_client: discord.Client,
     ) -> None:
         self.settings, self.sessions, self.clips, self.blobs, self.queue = settings, sessions, clips, blobs, queue
         self.process = process  # who claims a sweep
+        self.discord = discord_client  # deletes the recaps and pages that held an expired or removed clip
 
     async def _run(self) -> None:
         interval = self.settings.retention_interval_seconds
@@ -71,6 +76,7 @@ class Retention(Background):
                 if await self.due():
                     await self.run_once()
                 await retry_owed(self.sessions, self.clips)  # deletions a store that was down still owes
+                await take_down_withdrawn(self.discord, self.sessions)  # recaps and pages holding a removed clip
                 self.ticked()
             except Exception:
                 log.exception("retention sweep failed; trying again in an interval")

@@ -608,6 +608,34 @@ class ClipDelete(Base):
     attempts: Mapped[int] = mapped_column(default=0, server_default="0")
 
 
+class ClipCopy(Base):
+    """A posted message that holds copies of turns' clips: a /story recap (its clip joins theirs, and its kept object
+    in the store) or a /story page (their clips embedded). Withdrawn when one of those clips is removed, purged or
+    expired (db/clip_copies.py); the row goes once Discord has deleted the message (bot/clip_copies.py)."""
+
+    __tablename__ = "clip_copies"
+    __table_args__ = (
+        Index("ix_clip_copies_story_id", "story_id"),
+        Index(
+            "ix_clip_copies_withdrawn",
+            "id",
+            sqlite_where=text("withdrawn_at IS NOT NULL"),
+            postgresql_where=text("withdrawn_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[IntPK]
+    kind: Mapped[str] = mapped_column(String(16))  # "recap" or "page"
+    story_id: Mapped[int]  # no foreign key: the row outlives its story and its turns until the message is gone
+    guild_id: Mapped[Snowflake | None]
+    channel_id: Mapped[Snowflake]
+    message_id: Mapped[Snowflake]
+    turn_ids: Mapped[str] = mapped_column(Text)  # ",4,7,9,": the turns whose clips it holds
+    recap_key: Mapped[str | None] = mapped_column(String(512))  # the kept recap object it was posted from
+    created_at: Mapped[CreatedAt]
+    withdrawn_at: Mapped[Timestamp | None]
+
+
 class AppState(Base):
     """Process-wide facts that outlive a restart, e.g. the hash of the last command sync."""
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from db import clip_deletes
+from db import clip_copies, clip_deletes
 from db.base import utcnow
 from db.jobs import status_in
 from db.models import (
@@ -204,8 +204,9 @@ async def stories_of_player(session: AsyncSession, guild_id: int, user_id: int) 
     return list((await session.execute(stmt)).scalars())
 
 
-async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> list[str]:
-    """Delete a player's characters, turns and jobs (privacy); returns the keys of the clips to delete.
+async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> tuple[list[str], int]:
+    """Delete a player's characters, turns and jobs (privacy); returns the keys of the clips to delete and how many
+    posted recaps and story pages holding their clips were withdrawn (bot/clip_copies.py deletes them).
 
     Turns of shared stories go too: they are the player's content.
     """
@@ -216,7 +217,7 @@ async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> li
         await session.execute(select(Player).where(Player.guild_id == guild_id, Player.user_id == user_id))
     ).scalar_one_or_none()
     if player is None:
-        return []
+        return [], 0
     clips = (
         await session.execute(
             select(Turn.clip_key)
@@ -226,8 +227,10 @@ async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> li
     ).scalars()
     keys = [key for key in clips if key]
     await clip_deletes.record(session, keys)  # in this transaction: the rows that name them go with it
+    turns = select(Turn.id).join(Character, Turn.character_id == Character.id).where(Character.player_id == player.id)
+    copies = await clip_copies.withdraw(session, list((await session.execute(turns)).scalars()))  # before rows go
     await session.execute(delete(Player).where(Player.id == player.id))
-    return keys
+    return keys, copies
 
 
 @dataclass(frozen=True)

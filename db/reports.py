@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from db import clip_deletes
+from db import clip_copies, clip_deletes
 from db.base import utcnow
 from db.models import ClipReport, Job, Turn
 from db.queries import insert_ignore
@@ -71,9 +71,10 @@ async def resolve_reports(session: AsyncSession, turn_id: int, resolution: str, 
     return result.rowcount or 0
 
 
-async def take_down(session: AsyncSession, turn_id: int) -> tuple[bool, str | None]:
-    """Mark a turn's posted clip taken down, once. Returns whether this call did it, and the stored clip's key, whose
-    deletion is recorded here, for the caller to delete once this commits (None when none is kept)."""
+async def take_down(session: AsyncSession, turn_id: int) -> tuple[bool, str | None, int]:
+    """Mark a turn's posted clip taken down, once. Returns whether this call did it, the stored clip's key, whose
+    deletion is recorded here, for the caller to delete once this commits (None when none is kept), and how many
+    posted recaps and pages holding it were withdrawn with it (bot/clip_copies.py deletes them)."""
     key = (await session.execute(select(Turn.clip_key).where(Turn.id == turn_id))).scalar()
     done = await session.execute(
         update(Turn)
@@ -82,4 +83,5 @@ async def take_down(session: AsyncSession, turn_id: int) -> tuple[bool, str | No
     )
     if done.rowcount and key:
         await clip_deletes.record(session, [key])
-    return bool(done.rowcount), key
+    copies = await clip_copies.withdraw(session, [turn_id]) if done.rowcount else 0  # recaps and pages holding it
+    return bool(done.rowcount), key, copies

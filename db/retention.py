@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from db import clip_deletes
+from db import clip_copies, clip_deletes
 from db.base import utcnow
 from db.engine import Sessions
 from db.models import Turn
@@ -129,6 +129,8 @@ async def prune_batch(
         )
         await session.execute(update(Turn).where(Turn.id.in_(pruned)).values(**values))
         await clip_deletes.record(session, files)  # owed until the store has deleted them (bot/clip_deletes.py)
+        if kind is Kept.CLIPS:
+            await clip_copies.withdraw(session, pruned)  # the recaps and pages that hold them go too
     cursor = (rows[-1].created_at, rows[-1].id) if len(rows) == size else None
     return Batch(looked_at=len(rows), pruned=pruned, files=files, cursor=cursor)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import av
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import undefer
 
 from db.engine import make_engine, make_sessionmaker
@@ -19,7 +19,7 @@ from game.contract import TurnRequest
 from game.safety import SafetyReport
 from tests.bot.clip_samples import FRAMES, story_clips
 from tests.bot.conftest import read_db, running_bot, wait_for_db
-from tests.bot.helpers import accepted, game_store, kept_recaps, private_text, shown
+from tests.bot.helpers import accepted, db_session, game_store, kept_recaps, private_text, seed_turn, shown
 from tests.discord_double import member
 from tests.results import report
 
@@ -199,6 +199,58 @@ async def test_purging_a_story_member_deletes_the_kept_recap_that_shows_their_tu
         assert kept_recaps(store)
         await (await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)).answer()
         await double.wait_until(lambda: not kept_recaps(store), 10, "the kept recap to be deleted")
+
+
+def posted_with(double, suffix: str) -> list:
+    """The messages up in Discord that carry a file ending in ``suffix``."""
+    return [m for m in double.messages() if any(a["filename"].endswith(suffix) for a in m.attachments)]
+
+
+async def story_turn_of_job(settings, guild, clip: Path) -> int:
+    """A finished, posted turn of a job, made the story's next turn with a real clip; returns its job id."""
+    job_id = await seed_turn(settings, guild.id, guild.channel.id, PLAYERS[0].id, done=True)
+    async with db_session(settings) as session:
+        story_id, seq = (await session.execute(select(Story.id, func.max(Turn.seq)).join(Turn))).one()
+        turn_id = (await session.execute(select(Job.turn_id).where(Job.id == job_id))).scalar_one()
+        await session.execute(update(Turn).where(Turn.id == turn_id).values(story_id=story_id, seq=seq + 1))
+        key = (await session.execute(select(Turn.clip_key).where(Turn.id == turn_id))).scalar_one()
+    game_store(settings).put_file(key, clip)
+    return job_id
+
+
+async def test_removing_a_clip_deletes_the_posted_recap_and_page_that_hold_it_and_the_kept_recap(
+    double, bot_settings, tmp_path
+):
+    """A recap and a story page posted before an admin removes one of their clips: both messages go with it, and
+    the kept recap object, which the next recap would otherwise have reused until the story moved on."""
+    made = story_clips(tmp_path / "made", turns=3)
+    async with running_bot(double, bot_settings):
+        store = game_store(bot_settings)
+        await begin_story(double)
+        await add_finished_turns(bot_settings, made[:2])
+        job_id = await story_turn_of_job(bot_settings, double.guild, made[2])
+        await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+        await (await double.slash("story page", user=PLAYERS[2])).followups(timeout=60)
+        assert posted_with(double, ".mp4") and posted_with(double, ".html") and kept_recaps(store)
+        handle = await double.slash("admin reports remove", {"job": job_id}, user=double.guild.owner)
+        said = private_text(await handle.answer())
+        await double.wait_until(lambda: not posted_with(double, ".mp4"), 10, "the recap message to be deleted")
+    assert not posted_with(double, ".html")
+    assert not kept_recaps(store)
+    assert "2 recap or story page message(s) that held it are deleted too" in said
+
+
+async def test_a_recap_message_discord_would_not_delete_goes_on_a_later_try(double, bot_settings, tmp_path):
+    settings = bot_settings.model_copy(update={"retention_interval_seconds": 1})
+    async with running_bot(double, settings):
+        await begin_story(double)
+        await add_finished_turns(settings, story_clips(tmp_path / "made", turns=2))
+        await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
+        (recap,) = posted_with(double, ".mp4")
+        refused = double.fail("DELETE", rf"/channels/\d+/messages/{recap.id}", status=503, times=1)
+        await (await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)).answer()
+        await double.wait_until(lambda: not posted_with(double, ".mp4"), 30, "the recap message to be deleted")
+    assert refused.hits == 1
 
 
 async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(double, bot_settings, tmp_path):

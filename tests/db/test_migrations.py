@@ -143,7 +143,7 @@ async def _create_all(url: str) -> None:
 
 
 async def test_upgraded_database_is_at_head(db_url: str) -> None:
-    assert head_revision() == "0012"
+    assert head_revision() == "0013"
     assert await current_revision(db_url) == head_revision()
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import discord
 from discord import app_commands
 
+from bot.clip_copies import take_down_withdrawn
 from bot.clip_deletes import delete_owed
 from bot.errors import fill
 from bot.queue import QueueUnavailable
@@ -41,12 +42,16 @@ class DataCommands:
         async with self.bot.sessions() as session, session.begin():
             in_flight = await user_jobs_in_flight(session, interaction.guild_id, user.id)
             stories = await moderation.stories_of_player(session, interaction.guild_id, user.id)
-            clips = await moderation.purge_player(session, interaction.guild_id, user.id)
+            clips, copies = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
         owed = await delete_owed(self.bot.sessions, self.bot.clips, clips)  # recorded as their rows went
         for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
             await asyncio.to_thread(forget, self.bot.clips, story_id)
+        if copies:
+            await take_down_withdrawn(self.bot, self.bot.sessions)  # what Discord refuses now: retried each minute
         said = f"Deleted {user.mention}'s characters and turns, and {len(clips) - len(owed)} clip file(s)."
+        if copies:
+            said += f" {copies} recap or story page message(s) that held their clips are deleted too."
         if owed:
             said += f" {len(owed)} more will be deleted as soon as the clip store answers."
         await fill(interaction, said, ephemeral=True)

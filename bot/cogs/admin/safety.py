@@ -9,7 +9,7 @@ import discord
 from discord import app_commands
 
 from bot.errors import Refusal, fill
-from bot.reports import PENDING, take_down_clip
+from bot.reports import take_down_clip
 from db import moderation
 from db.jobs import turn_of_job
 from db.models import Job, Turn
@@ -86,7 +86,7 @@ class SafetyCommands:
         if gone is None:
             raise Refusal(f"Job {job}'s clip was already taken down.")
         said = f"Job {job}'s clip and its message are deleted; the turn stays."
-        await fill(interaction, said + ("" if gone else PENDING), ephemeral=True)
+        await fill(interaction, said + gone.said(), ephemeral=True)
 
     @reports.command(name="dismiss", description="Close a clip's reports and keep the clip")
     @app_commands.describe(job="the job number /admin reports list shows")

@@ -16,13 +16,16 @@ from discord import app_commands
 from discord.ext import commands
 from sqlalchemy.exc import IntegrityError
 
+from bot.clip_copies import take_down_withdrawn
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
-from bot.recaps import RECAP_STALE, forget, recap_file
+from bot.recaps import RECAP_STALE, forget, recap_file, recap_key
 from bot.safety import ClipRules
 from bot.turn_options import Background, Line, Motion, turn_options
 from bot.turns import TurnInput, check_may_play, check_turn, submit_turn
+from db import clip_copies
 from db.base import utcnow
+from db.clip_copies import PAGE, RECAP
 from db.models import JobKind, Story, StoryProposal, Turn, TurnOrder
 from db.queries import (
     active_character,
@@ -203,7 +206,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
             try:
                 await interaction.response.defer(thinking=True)
                 limit = self._upload_limit(interaction)
-                files, note = await self._recap_clip(
+                files, note, held = await self._recap_clip(
                     story.id, turns, limit, interaction.guild_id, interaction.channel_id, Path(work)
                 )
             finally:
@@ -214,7 +217,9 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
                 for turn, name in turns
             )
             header = f"📖 **{discord.utils.escape_markdown(story.title)}** so far ({len(turns)} turns):\n"
-            await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
+            message = await fill(interaction, (header + summary)[: 2000 - len(note)] + note, files=files)
+        if held:
+            await self._posted_copy(RECAP, story.id, message, held, recap_key(self.bot.clips, story.id, held, limit))
 
     async def _recap_clip(
         self,
@@ -224,27 +229,27 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         guild_id: int | None,
         channel_id: int | None,
         work: Path,
-    ) -> tuple[list[discord.File], str]:
-        """The recap clip to attach (none when it cannot be) and a note saying why there is none; its file is in
-        ``work``, which the caller keeps until it is sent."""
+    ) -> tuple[list[discord.File], str, list[int]]:
+        """The recap clip to attach (none when it cannot be), a note saying why there is none, and the turns whose
+        clips it joins; its file is in ``work``, which the caller keeps until it is sent."""
         rules = await ClipRules.of(
             self.bot.settings, self.bot.sessions, self.bot, guild_id, channel_id
         )  # a clip withheld here stays out of the recap
         kept = [(turn.id, turn.clip_key) for turn, _ in turns if turn.clip_key and rules.shown_again(turn.safety)]
         clips = await asyncio.to_thread(lambda: [(turn_id, key) for turn_id, key in kept if self.bot.clips.exists(key)])
         if not clips:
-            return [], "\n(No clips are left to join.)"
+            return [], "\n(No clips are left to join.)", []
         try:
             # Joining and encoding block for up to a minute: off the event loop, so every other command still runs.
             path, made = await asyncio.to_thread(recap_file, self.bot.clips, story_id, clips, limit, work)
         except ClipTooLarge as exc:
             log.warning("story %s recap without a clip: %s", story_id, exc)
-            return [], "\n(The recap clip is too large to attach, even re-encoded.)"
+            return [], "\n(The recap clip is too large to attach, even re-encoded.)", []
         except (OSError, ValueError, av.FFmpegError) as exc:  # a clip file unreadable or not a video
             log.warning("story %s recap without a clip: %s", story_id, exc)
-            return [], "\n(The recap clip could not be made.)"
+            return [], "\n(The recap clip could not be made.)", []
         log.info("story %s recap: %s", story_id, "made" if made else "reused")
-        return [discord.File(path, f"story_{story_id}.mp4")], ""
+        return [discord.File(path, f"story_{story_id}.mp4")], "", [turn_id for turn_id, _ in clips]
 
     @app_commands.command(name="page", description="The story so far as one web page, clips and all")
     async def page(self, interaction: discord.Interaction) -> None:
@@ -265,7 +270,20 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         note = f" The {left_out} oldest clips did not fit in one file." if left_out else ""
         title = discord.utils.escape_markdown(story.title)
         text = f"📖 **{title}**, {len(turns)} turns: open the page in a browser.{note}"
-        await fill(interaction, text, files=[discord.File(io.BytesIO(page), f"story_{story.id}.html")])
+        message = await fill(interaction, text, files=[discord.File(io.BytesIO(page), f"story_{story.id}.html")])
+        held = [turn.id for turn, _ in turns if turn.id in shown and turn.clip_key]
+        if held:
+            await self._posted_copy(PAGE, story.id, message, held)
+
+    async def _posted_copy(
+        self, kind: str, story_id: int, message: discord.Message, held: list[int], key: str | None = None
+    ) -> None:
+        """Remember a posted recap or page with the turns whose clips it holds: removing one of them deletes it."""
+        guild_id, channel_id = (message.guild.id if message.guild else None), message.channel.id
+        async with self.bot.sessions() as session, session.begin():
+            kept = await clip_copies.record(session, kind, story_id, guild_id, channel_id, message.id, held, key)
+        if not kept:  # a clip it holds was removed while it was being made
+            await take_down_withdrawn(self.bot, self.bot.sessions)
 
     def _upload_limit(self, interaction: discord.Interaction) -> int:
         """What one file may weigh here: the server's limit, less room for the message, or the setting if lower."""
