@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -47,6 +48,27 @@ def test_a_backup_taken_while_a_writer_holds_a_transaction_has_the_committed_tur
         writer.close()
     assert turns_in(made.path) == ["committed"]
     assert (made.revision, made.turns) == (head_revision(), 1)
+
+
+def test_a_backup_has_a_turn_still_in_the_wal_which_a_plain_copy_of_the_file_loses(game: Path, tmp_path: Path) -> None:
+    """The bot runs SQLite in WAL mode: a committed turn lives in game.db-wal until a checkpoint moves it into the
+    file, so copying the file (what a backup script of cp or rsync does) loses it while the bot runs."""
+    keeper = sqlite3.connect(game, isolation_level=None)  # the bot's connection: open, so nothing checkpoints at close
+    keeper.execute("PRAGMA journal_mode=WAL")
+    keeper.execute("PRAGMA wal_autocheckpoint=0")
+    keeper.execute(TURN.format("in the wal"))
+    writer = sqlite3.connect(game, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute(TURN.format("half-made"))  # and another write in flight
+    try:
+        shutil.copyfile(game, tmp_path / "plain.db")
+        made = backup_sqlite(f"sqlite+aiosqlite:///{game}", tmp_path / "copy.db")
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        keeper.close()
+    assert "in the wal" not in turns_in(tmp_path / "plain.db")
+    assert turns_in(made.path) == ["committed", "in the wal"]
 
 
 def test_a_backup_never_overwrites_a_file_and_leaves_none_behind_when_refused(game: Path, tmp_path: Path) -> None:
