@@ -43,7 +43,8 @@ class ClipRules:
         async with sessions() as session:
             policy, threshold = await moderation.safety_of(session, guild_id)
         restricted = policy is SafetyPolicy.AGE_RESTRICTED and await age_restricted(client, channel_id)
-        return cls(policy, threshold or settings.safety_threshold, restricted)
+        # A server's own threshold, held to the operator's cap (one stored before the cap was lowered included).
+        return cls(policy, min(threshold or settings.safety_threshold, settings.safety_threshold_max), restricted)
 
     def judge(self, safety: str | None) -> Verdict:
         """A turn's stored report (JSON) under these rules; a report that cannot be read withholds the clip."""

@@ -110,6 +110,8 @@ class Settings(BaseSettings):
     # The nudity score (0..1) that flags a clip, for servers that set none with /admin safety (game/safety.py says
     # how the default was measured).
     safety_threshold: float = Field(default=0.5, gt=0.0, le=1.0)
+    # The highest threshold a server may choose: at 1.0 nothing is ever flagged, even under "withhold".
+    safety_threshold_max: float = Field(default=0.9, gt=0.0, le=1.0)
     representation_retention_days: int = Field(default=7, ge=0)  # older turns' representations too; 0: forever
     retention_interval_seconds: float = Field(default=3600.0, gt=0)  # how often the bot applies them
 
@@ -211,6 +213,12 @@ def settings_at_odds(settings: Settings) -> str | None:
             settings.liveness_seconds > hold * 2 / 3,
             f"ANIMEGAMER_LIVENESS_SECONDS ({settings.liveness_seconds:g} s) must be over two thirds of "
             f"ANIMEGAMER_DUTY_SECONDS ({hold:g} s): a stuck process gives its duties up before it is restarted",
+        ),
+        (
+            settings.safety_threshold <= settings.safety_threshold_max,
+            f"ANIMEGAMER_SAFETY_THRESHOLD ({settings.safety_threshold:g}) must be at most "
+            f"ANIMEGAMER_SAFETY_THRESHOLD_MAX ({settings.safety_threshold_max:g}): the cap every server's threshold "
+            "is held to",
         ),
         (
             settings.worker_stall_seconds < settings.task_time_limit,

@@ -88,6 +88,12 @@ def test_a_stall_limit_the_time_limit_would_beat_is_named_with_it() -> None:
     assert "ANIMEGAMER_TASK_TIME_LIMIT (600 s)" in said
 
 
+def test_a_default_threshold_over_the_cap_every_server_is_held_to_is_named_with_it() -> None:
+    said = settings_at_odds(Settings(safety_threshold=0.95, safety_threshold_max=0.9))
+    assert said is not None and said.startswith("ANIMEGAMER_SAFETY_THRESHOLD (0.95)")
+    assert "ANIMEGAMER_SAFETY_THRESHOLD_MAX (0.9)" in said
+
+
 def test_a_workers_stall_limit_is_half_a_short_time_limit_unless_set() -> None:
     assert Settings().worker_stall_seconds == 300
     assert Settings(task_time_limit=20).worker_stall_seconds == 10

@@ -16,6 +16,7 @@ reason instead of scores, and the bot posts that clip nowhere.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import time
@@ -93,6 +94,13 @@ class NudeNetChecker:
             session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types for a damaged file
             raise DetectorUnavailable(f"NudeNet's model {model} does not load ({exc})") from exc
+        shipped = getattr(importlib.import_module("nudenet.nudenet"), "__labels", None)  # its detect()'s own list
+        if shipped is None or tuple(shipped) != LABELS:
+            # Scores read in another order than the model writes them would miss nudity: refuse, never guess.
+            raise DetectorUnavailable(
+                f"nudenet {importlib.metadata.version('nudenet')} lists its labels as {shipped}, not in the order "
+                f"this worker reads its model's outputs (worker/safety.py LABELS): install nudenet 3.4"
+            )
         outputs = session.get_outputs()[0].shape
         if len(outputs) != 3 or outputs[1] != 4 + len(LABELS):
             raise DetectorUnavailable(f"{model} has outputs {outputs}, expected (batch, {4 + len(LABELS)}, boxes)")

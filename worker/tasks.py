@@ -354,12 +354,18 @@ class BrokerWatch:
 
 
 def readiness(model: str, queues: list[str], preload: bool, broker: BrokerWatch) -> tuple[bool, dict[str, Any]]:
-    """Ready once the model is loaded (or, started with --no-preload, as soon as it consumes: it loads on the first
-    turn) and its broker answers, saying which model, which characters its pipelines play and which queues it
-    consumes."""
+    """Ready once the model is loaded with its nudity detector (or, started with --no-preload, as soon as it
+    consumes: it loads on the first turn) and its broker answers, saying which model, which characters its pipelines
+    play, which detector checks their clips and which queues it consumes."""
     pipelines = generate_turn._pipelines
     trouble = broker.trouble()
-    ready = (pipelines is not None or not preload) and trouble is None
+    from worker.safety import Missing  # numpy and the detector's code: not needed to import the task
+
+    checker = next(iter(pipelines.values())).safety_checker if pipelines else None
+    # A worker without its detector withholds every clip it makes: not ready, so no rollout or autoscaler counts on
+    # it (docs/runbook.md, "Clips withheld unchecked").
+    checking = not isinstance(checker, Missing)
+    ready = (pipelines is not None or not preload) and trouble is None and checking
     report = {
         "ready": ready,
         "model": model,
@@ -367,7 +373,7 @@ def readiness(model: str, queues: list[str], preload: bool, broker: BrokerWatch)
         "broker": trouble or "answering",
         "characters": sorted(pipelines) if pipelines is not None else [],
         # Which detector checks its clips; without one, every clip it makes is withheld (worker/safety.py).
-        "detector": next(iter(pipelines.values())).safety_checker.name if pipelines else "",
+        "detector": checker.name if checker is not None else "",
         "queues": queues,
     }
     return ready, report

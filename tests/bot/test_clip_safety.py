@@ -145,6 +145,25 @@ async def test_a_servers_own_threshold_decides_what_is_flagged(double, bot_setti
     assert any(f.filename.endswith(".mp4") for f in post.files.values())
 
 
+async def test_no_server_may_set_a_threshold_over_the_operators_cap(double, bot_settings):
+    """At 1.0 nothing is ever flagged: a server admin could turn the check off, "withhold" policy and all."""
+    async with running_bot(double, bot_settings):
+        handle = await double.slash("admin safety", {"threshold": 1.0}, user=double.guild.owner)
+        said = private_text(await handle.answer())
+    assert "at most 0.90" in said
+    assert await read_db(bot_settings, select(AuditLog.id).where(AuditLog.action == "safety")) == []
+
+
+async def test_a_stored_threshold_over_a_lowered_cap_is_held_to_the_cap(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        await (await double.slash("admin safety", {"threshold": 0.9}, user=double.guild.owner)).answer()
+    capped = bot_settings.model_copy(update={"safety_threshold_max": 0.8})
+    async with running_bot(double, capped):
+        job_id = await finished(double, capped, FLAGGED)  # 0.83: passes this server's 0.9, not the cap's 0.8
+        post = await post_of(double, capped, job_id)
+    assert not any(f.filename.endswith(".mp4") for f in post.files.values())
+
+
 # -- players report, admins remove or dismiss, a player deletes their own -----------------------------------------
 
 MOD = member("mod", manage_guild=True)

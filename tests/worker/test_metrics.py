@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 
@@ -93,3 +94,23 @@ def test_a_worker_whose_broker_stops_answering_is_not_ready_until_it_answers_aga
         server.stop()
     assert down["loaded"] and "does not answer" in down["broker"] and f":{server.port}/" in down["broker"]
     assert back["broker"] == "answering"
+
+
+def test_a_worker_whose_detector_does_not_load_is_not_ready_and_says_why(tmp_path):
+    """Its clips would all be withheld: it must not count as ready (a rollout, KEDA). Caused as a broken install is:
+    a nudenet that does not import."""
+    broken = tmp_path / "site" / "nudenet"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("nudenet broke", name="nudenet")\n')
+    port = free_port()
+    env = worker_env(tmp_path / "worker", ANIMEGAMER_WORKER_METRICS_PORT=str(port), PYTHONPATH=str(tmp_path / "site"))
+    worker = start_worker(env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (report := probe_until(port, "readyz", 503))["loaded"]:
+            assert time.monotonic() < deadline, report
+            time.sleep(0.2)
+    finally:
+        worker.kill()
+    assert not report["ready"] and report["broker"] == "answering"
+    assert report["detector"].startswith("none:") and "nudenet is missing" in report["detector"]

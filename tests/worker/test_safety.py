@@ -12,7 +12,7 @@ import pytest
 from benchmarks.safety_check import model_frames, project_frames, unsafe_scores
 from game.contract import TurnRequest
 from game.safety import DEFAULT_THRESHOLD, UNSAFE_LABELS
-from worker.safety import LABELS, NudeNetChecker, load_checker
+from worker.safety import LABELS, DetectorUnavailable, Missing, NudeNetChecker, load_checker
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +31,29 @@ def test_a_clip_is_scored_on_every_frame_for_every_label(checker: NudeNetChecker
     assert report.checked and report.frames == 5 and report.detector == checker.name
     assert set(report.scores) == set(LABELS) and set(report.scores) >= UNSAFE_LABELS
     assert all(0.0 <= score <= 1.0 for score in report.scores.values())
+
+
+def test_a_photo_of_a_womans_face_scores_face_female_so_zeros_would_fail(checker: NudeNetChecker) -> None:
+    """The positive control: a detector whose scores were all zeros (or read from the wrong channels) passes every
+    clip; scikit-image's ``astronaut`` (Eileen Collins, 512x512 RGB) scores FACE_FEMALE about 0.8."""
+    data = pytest.importorskip("skimage.data", reason="scikit-image ships the astronaut photo: pip install '.[test]'")
+    scores = checker.scores(data.astronaut()[None])[0]
+    assert scores[LABELS.index("FACE_FEMALE")] > 0.6
+    assert scores[LABELS.index("FACE_FEMALE")] > 2 * scores[LABELS.index("FACE_MALE")]
+
+
+def test_the_scores_are_read_in_nudenets_own_label_order() -> None:
+    nudenet = pytest.importorskip("nudenet.nudenet")
+    assert tuple(getattr(nudenet, "__labels")) == LABELS
+
+
+def test_a_nudenet_listing_its_labels_in_another_order_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release that reorders its classes would have the exposed labels read from other channels: fail closed."""
+    nudenet = pytest.importorskip("nudenet.nudenet")
+    monkeypatch.setattr(nudenet, "__labels", list(reversed(LABELS)))
+    with pytest.raises(DetectorUnavailable, match="not in the order"):
+        NudeNetChecker.load(threads=1)
+    assert isinstance(load_checker(threads=1), Missing)
 
 
 def test_a_detector_that_raises_fails_closed(checker: NudeNetChecker) -> None:

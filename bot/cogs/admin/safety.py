@@ -38,6 +38,9 @@ class SafetyCommands:
         threshold: app_commands.Range[float, 0.05, 1.0] | None = None,
     ) -> None:
         chosen = SafetyPolicy(policy.value) if policy is not None else None
+        cap = self.bot.settings.safety_threshold_max
+        if threshold is not None and threshold > cap:
+            raise Refusal(f"The threshold may be at most {cap:.2f} on this bot (its operator's cap); lower flags more.")
         async with self.bot.sessions() as session, session.begin():
             now, own = await moderation.set_safety(session, interaction.guild_id, chosen, threshold)
             shown = f"{now.value}, threshold {own if own is not None else self.bot.settings.safety_threshold}"
