@@ -50,7 +50,7 @@ from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
-EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin", "bot.cogs.community")
+EXTENSIONS = ("bot.cogs.play", "bot.cogs.story", "bot.cogs.admin", "bot.cogs.community", "bot.cogs.mydata")
 RESTARTING = "The bot is restarting; try again in a minute."
 
 

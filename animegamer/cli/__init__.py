@@ -7,10 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from animegamer.cli import bot, check, checkpoints, data, db, demo, inspect_prompt, play, train, worker
+from animegamer.cli import bot, check, checkpoints, data, db, demo, inspect_prompt, play, privacy, train, worker
 from relay.settings import get_settings, settings_at_odds, unreadable_url
 
-COMMANDS = (demo, play, worker, bot, check, db, inspect_prompt, checkpoints, data, train)
+COMMANDS = (demo, play, worker, bot, check, db, privacy, inspect_prompt, checkpoints, data, train)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -285,5 +285,5 @@ async def test_a_removal_and_a_purge_while_the_store_is_down_delete_their_clips_
     finally:
         own.stop()
     assert "deleted as soon as the clip store answers" in removed_said, removed_said
-    assert "0 clip file(s). 1 more will be deleted as soon as the clip store answers" in purged_said, purged_said
+    assert "0 clip file(s). 1 more clip file(s) will be deleted as soon as the clip store answers" in purged_said
     assert owed_while_down == 2

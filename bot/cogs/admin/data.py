@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 import discord
 from discord import app_commands
 
-from bot.clip_copies import take_down_withdrawn
-from bot.clip_deletes import delete_owed
 from bot.errors import fill
-from bot.queue import QueueUnavailable
-from bot.recaps import forget
+from bot.privacy import after_deletion, cancel_sent, deleted_text
 from bot.retention import retention_text
 from db import moderation
 from db.jobs import user_jobs_in_flight
@@ -44,26 +40,10 @@ class DataCommands:
             stories = await moderation.stories_of_player(session, interaction.guild_id, user.id)
             clips, copies = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
-        owed = await delete_owed(self.bot.sessions, self.bot.clips, clips)  # recorded as their rows went
-        for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
-            await asyncio.to_thread(forget, self.bot.clips, story_id)
-        if copies:
-            await take_down_withdrawn(self.bot, self.bot.sessions)  # what Discord refuses now: retried each minute
-        said = f"Deleted {user.mention}'s characters and turns, and {len(clips) - len(owed)} clip file(s)."
-        if copies:
-            said += f" {copies} recap or story page message(s) that held their clips are deleted too."
-        if owed:
-            said += f" {len(owed)} more will be deleted as soon as the clip store answers."
+        owed = await after_deletion(self.bot, clips, copies, stories)
+        said = f"Deleted {user.mention}'s characters and turns, and " + deleted_text(len(clips), len(owed), copies)
         await fill(interaction, said, ephemeral=True)
-        # After answering: a broker can take seconds to refuse. Their turns' rows are gone already,
-        # so a result that still arrives finds no job and is never applied or posted.
-        for job in in_flight:
-            if job.sent_at is None:
-                continue  # never sent: the outbox will not find its row any more
-            try:
-                await self.bot.queue.cancel(job.task_id)
-            except QueueUnavailable:
-                log.info("cancel of purged turn %s not marked; its result finds no job", job.task_id)
+        await cancel_sent(self.bot, [job.task_id for job in in_flight if job.sent_at is not None])  # unsent: gone
 
     @app_commands.command(name="audit", description="Recent admin actions on this server")
     async def audit(self, interaction: discord.Interaction) -> None:

@@ -1,0 +1,61 @@
+"""What follows a deletion of a player's data once its rows are gone: their stored clips, the recaps and story pages
+posted with their clips, the kept recaps of their stories, and their turns still with the workers.
+
+One path for an admin's ``/admin purge`` and a player's ``/mydata delete``. The store's deletions were recorded in
+the transaction that deleted the rows (db/clip_deletes.py) and the copies withdrawn in it (db/clip_copies.py), so
+whatever fails here is retried by every bot process's retention loop; a turn still being made finds no job when
+its result arrives and is never applied or posted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from bot.clip_copies import take_down_withdrawn
+from bot.clip_deletes import delete_owed
+from bot.queue import QueueUnavailable
+from bot.recaps import forget
+
+if TYPE_CHECKING:
+    from bot.app import AnimeGamerBot
+
+log = logging.getLogger(__name__)
+
+
+async def after_deletion(
+    bot: AnimeGamerBot, clip_keys: Sequence[str], copies: int, stories: Sequence[int]
+) -> list[str]:
+    """Delete what the deleted rows left outside the database; returns the clip keys still owed to the store."""
+    owed = await delete_owed(bot.sessions, bot.clips, list(clip_keys))
+    if copies:
+        await take_down_withdrawn(bot, bot.sessions)  # what Discord refuses now: retried each minute
+    for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
+        try:
+            await asyncio.to_thread(forget, bot.clips, story_id)
+        except OSError as exc:
+            log.warning("story %s: kept recaps not deleted now (%s)", story_id, exc)
+    return owed
+
+
+async def cancel_sent(bot: AnimeGamerBot, task_ids: Sequence[str]) -> None:
+    """Mark the deleted turns the workers have as cancelled: after answering, since a broker can take seconds to
+    refuse. Their rows are gone already, so a result that still arrives finds no job and is never posted."""
+    for task_id in task_ids:
+        try:
+            await bot.queue.cancel(task_id)
+        except QueueUnavailable:
+            log.info("cancel of deleted turn %s not marked; its result finds no job", task_id)
+
+
+def deleted_text(clips: int, owed: int, copies: int) -> str:
+    """The part of an answer that says what went from outside the database and what is still to go."""
+    said = f"{clips - owed} clip file(s)"
+    if copies:
+        said += f", and {copies} recap or story page message(s) that held them"
+    said += "."
+    if owed:
+        said += f" {owed} more clip file(s) will be deleted as soon as the clip store answers."
+    return said

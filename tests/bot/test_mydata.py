@@ -1,0 +1,91 @@
+"""/mydata through the loopback Discord: a player sees, takes and erases what the game keeps about them."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+from sqlalchemy import func, select
+
+from db.models import Ban, Character, Job, Player, Turn
+from tests.bot.conftest import read_db, running_bot
+from tests.bot.helpers import clip_path, db_session, private_text, seed_turn
+from tests.discord_double import member
+
+ALICE, BOB, MOD = member("alice"), member("bob"), member("mod", manage_guild=True)
+
+
+async def played(double, settings) -> int:
+    """Alice with one finished, posted turn and its stored clip, Bob with one of his, and a ban on Alice."""
+    guild = double.guild
+    job_id = await seed_turn(settings, guild.id, guild.channel.id, ALICE.id, done=True)
+    await seed_turn(settings, guild.id, guild.channel.id, BOB.id, character="Kiki", done=True)
+    async with db_session(settings) as session:
+        session.add(Ban(guild_id=guild.id, user_id=ALICE.id, reason="spam", banned_by=MOD.id))
+    return job_id
+
+
+async def rows_of(settings, user_id: int) -> int:
+    players = await read_db(settings, select(func.count()).select_from(Player).where(Player.user_id == user_id))
+    jobs = await read_db(settings, select(func.count()).select_from(Job).where(Job.user_id == user_id))
+    return players[0][0] + jobs[0][0]
+
+
+async def test_mydata_may_be_used_in_servers_and_in_dms(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        (schema,) = [c for c in double.commands[None] if c["name"] == "mydata"]
+    assert sorted(schema["contexts"]) == [0, 1, 2]
+    assert {option["name"] for option in schema["options"]} == {"show", "export", "delete"}
+
+
+async def test_show_says_what_is_kept_and_only_the_askers(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        await played(double, bot_settings)
+        said = private_text(await (await double.slash("mydata show", user=ALICE)).answer())
+    assert "1 character(s) (Qiqi), 1 turn(s), 1 of them with a stored clip" in said
+    assert "Banned in 1 server(s)" in said and "Kiki" not in said
+
+
+async def test_export_is_a_zip_of_the_data_and_the_stored_clips(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await played(double, bot_settings)
+        answer = await (await double.slash("mydata export", user=ALICE)).answer()
+    (file,) = answer.files
+    with zipfile.ZipFile(io.BytesIO(file.data)) as archive:
+        data = json.loads(archive.read("data.json"))
+        clip = archive.read("clips/turn_1.mp4")
+    assert data["user_id"] == ALICE.id and [turn["character"] for turn in data["turns"]] == ["Qiqi"]
+    assert clip == clip_path(bot_settings, double.guild.id, job_id).read_bytes()
+
+
+async def test_delete_asks_first_then_erases_the_player_everywhere_and_keeps_the_ban(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        job_id = await played(double, bot_settings)
+        ask = await double.slash("mydata delete", user=ALICE)
+        buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
+        confirm = next(b for b in buttons if b["label"] == "Delete everything")
+        assert await rows_of(bot_settings, ALICE.id) == 2  # nothing before the click
+        await (await double.button(ask.original, confirm["custom_id"], user=ALICE)).response()
+        (done,) = await ask.followups(timeout=30)
+        again = private_text(await (await double.slash("mydata delete", user=ALICE)).answer())
+    assert "Deleted everything the game kept about you, and 1 clip file(s)." in done.json["content"]
+    assert await rows_of(bot_settings, ALICE.id) == 0
+    assert not clip_path(bot_settings, double.guild.id, job_id).exists()
+    assert await rows_of(bot_settings, BOB.id) == 2  # Bob's turn and character are untouched
+    assert await read_db(bot_settings, select(Ban.user_id)) == [(ALICE.id,)]
+    assert "deleted just now" in again
+
+
+async def test_no_one_else_can_confirm_a_players_deletion(double, bot_settings):
+    async with running_bot(double, bot_settings):
+        await played(double, bot_settings)
+        ask = await double.slash("mydata delete", user=ALICE)
+        buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
+        confirm, keep = (next(b for b in buttons if b["label"] == label) for label in ("Delete everything", "Keep it"))
+        await double.button(ask.original, confirm["custom_id"], user=BOB)
+        kept = await (await double.button(ask.original, keep["custom_id"], user=ALICE)).response()
+        characters = await read_db(bot_settings, select(Character.name).order_by(Character.name))
+        turns = await read_db(bot_settings, select(func.count()).select_from(Turn))
+    assert kept.json["data"]["content"] == "Nothing was deleted."  # the view still waited: Bob's click did nothing
+    assert characters == [("Kiki",), ("Qiqi",)] and turns == [(2,)]
