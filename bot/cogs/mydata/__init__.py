@@ -17,7 +17,7 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
-from bot.cogs.mydata.views import ConfirmDelete
+from bot.confirm import Confirm
 from bot.errors import Refusal, defer_privately, fill
 from bot.privacy import after_deletion, cancel_sent, deleted_text
 from bot.retention import retention_text
@@ -62,7 +62,7 @@ class MyData(commands.GroupCog, group_name="mydata", group_description="What the
         if last is not None and time.monotonic() - last < DELETE_COOLDOWN_SECONDS:
             again = int(time.time() + DELETE_COOLDOWN_SECONDS - (time.monotonic() - last))
             raise Refusal(f"Your data was deleted just now; you can ask again <t:{again}:R>.")
-        view = ConfirmDelete(user_id)
+        view = Confirm(user_id, yes=("Delete everything", "Deleting…"), no=("Keep it", "Nothing was deleted."))
         await interaction.response.send_message(
             "Delete your characters, turns, clips, proposals, votes and reports in every server? This cannot be "
             "undone. A ban a server placed on you stays, as a bare id.",

@@ -9,7 +9,7 @@ import discord
 from discord import app_commands
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
-from bot.cogs.play.views import ConfirmReset
+from bot.confirm import Confirm
 from bot.errors import Refusal, defer_privately, fill
 from bot.turns import check_served
 from db.jobs import has_turn_in_flight
@@ -104,7 +104,9 @@ class CharacterCommands:
             character = await active_character(session, interaction.guild_id, interaction.user.id)
         if character is None:
             raise Refusal("You have no character here yet; pick one with /start.")
-        view = ConfirmReset(interaction.user.id)
+        view = Confirm(
+            interaction.user.id, yes=("Start over", "Starting over…"), no=("Keep playing", "Nothing changed.")
+        )
         await interaction.response.send_message(
             f"Start {discord.utils.escape_markdown(character.name)} over? Stats go back to 50 and past turns are "
             "forgotten (turns in shared stories stay there).",
