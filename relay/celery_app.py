@@ -110,7 +110,23 @@ def check_broker(app: Celery, timeout: float) -> None:
         if app.conf.result_backend.startswith(("redis://", "rediss://")):
             app.backend.client.ping()
     except Exception as exc:
+        if refused_credentials(exc):  # it answers: sending the operator to start it would be the wrong errand
+            raise BrokerUnavailable(
+                f"The queue at {broker} refuses this user name or password ({exc}): set the password as typed in "
+                "ANIMEGAMER_REDIS_PASSWORD (docs/operating.md), or check the user's ACL."
+            ) from exc
         raise BrokerUnavailable(
             f"The queue at {broker} does not answer ({type(exc).__name__}: {exc}). "
             "Start it, or unset ANIMEGAMER_BROKER_URL and ANIMEGAMER_RESULT_BACKEND to use the embedded queue."
         ) from exc
+
+
+def refused_credentials(exc: BaseException) -> bool:
+    """Whether Redis answered and refused the credentials (kombu wraps redis-py's error in its own)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen)
+        if type(seen).__name__ == "AuthenticationError" or "WRONGPASS" in text or "username-password" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     migrate_at_start: Literal["auto", "always", "never"] = "auto"
     broker_url: str = ""  # default: sqla+sqlite:///<data_dir>/broker.db; or redis://host:6379/0
     result_backend: str = ""  # default: db+sqlite:///<data_dir>/results.db; or redis://host:6379/1
+    # Passwords as typed, for the Redis URLs (broker and results) and the database URL: each goes into its URLs
+    # percent-encoded, so every character reaches the server as it is, "%41" included. (Written inside a URL, a
+    # password is read as URLs are, by every client: "%41" there is "A".)
+    redis_password: SecretStr | None = None
+    database_password: SecretStr | None = None
     # Clips and representations over inline_max_bytes: unset, Redis keys beside the results when those are in
     # Redis (machines that share no folder), else <data_dir>/blobs; set, a folder every process mounts.
     blob_dir: Path | None = None
@@ -147,6 +152,12 @@ class Settings(BaseSettings):
         self.database_url = encoded_secret(self.database_url) or f"sqlite+aiosqlite:///{data}/animegamer.db"
         self.broker_url = encoded_secret(self.broker_url) or f"sqla+sqlite:///{data}/broker.db"
         self.result_backend = encoded_secret(self.result_backend) or f"db+sqlite:///{data}/results.db"
+        if self.redis_password is not None:
+            typed = self.redis_password.get_secret_value()
+            self.broker_url = with_password(self.broker_url, typed, REDIS_SCHEMES)
+            self.result_backend = with_password(self.result_backend, typed, REDIS_SCHEMES)
+        if self.database_password is not None:
+            self.database_url = with_password(self.database_url, self.database_password.get_secret_value())
         if self.blob_dir == Path():  # left empty, as in .env.example
             self.blob_dir = None
         if self.blob_dir is None and not self.results_in_redis:
@@ -173,6 +184,20 @@ def encoded_secret(url: str) -> str:
     credentials, _, place = rest.rpartition("@")
     user, colon, password = credentials.partition(":")
     return f"{scheme}://{quote(unquote(user), safe='')}{colon}{quote(unquote(password), safe='')}@{place}"
+
+
+REDIS_SCHEMES = ("redis://", "rediss://")
+
+
+def with_password(url: str, password: str, schemes: tuple[str, ...] | None = None) -> str:
+    """``url`` with ``password`` in it as typed: percent-encoded whole, never decoded first. A URL of another
+    scheme than ``schemes`` (the embedded SQLite queue's, say) is left as it is."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or (schemes is not None and not url.startswith(schemes)) or rest.startswith("/"):
+        return url
+    credentials, at, place = rest.rpartition("@")
+    user = credentials.partition(":")[0] if at else ""
+    return f"{scheme}://{user}:{quote(password, safe='')}@{place}"
 
 
 def variable_of(field: str) -> str:

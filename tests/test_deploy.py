@@ -155,7 +155,13 @@ def test_two_bot_processes_keep_clips_in_the_stacks_s3_store() -> None:
 
 
 # What no container of a worker may hold: it runs on rented machines and uses none of them.
-NOT_FOR_WORKERS = {"DISCORD_TOKEN", "ANIMEGAMER_DATABASE_URL", "POSTGRES_PASSWORD", "AWS_SECRET_ACCESS_KEY"}
+NOT_FOR_WORKERS = {
+    "DISCORD_TOKEN",
+    "ANIMEGAMER_DATABASE_URL",
+    "ANIMEGAMER_DATABASE_PASSWORD",
+    "POSTGRES_PASSWORD",
+    "AWS_SECRET_ACCESS_KEY",
+}
 
 
 def test_no_service_reads_the_whole_env_file_and_a_worker_holds_no_secret_it_does_not_use() -> None:
@@ -163,7 +169,11 @@ def test_no_service_reads_the_whole_env_file_and_a_worker_holds_no_secret_it_doe
         assert "env_file" not in service, name
     for name in ("worker", "worker-cpu"):
         assert not set(SERVICES[name]["environment"]) & NOT_FOR_WORKERS, name
-    assert set(SERVICES["migrate"]["environment"]) == {"ANIMEGAMER_DATABASE_URL", "ANIMEGAMER_DATA_DIR"}
+    assert set(SERVICES["migrate"]["environment"]) == {
+        "ANIMEGAMER_DATABASE_URL",
+        "ANIMEGAMER_DATABASE_PASSWORD",
+        "ANIMEGAMER_DATA_DIR",
+    }
 
 
 def test_secrets_come_from_the_env_file_and_are_never_written_in_the_compose_file() -> None:
@@ -185,8 +195,8 @@ NOT_PASSED = {
     "ANIMEGAMER_MIGRATE_AT_START": "the migrate service migrates",
     "SHARD_IDS": "each bot process connects every shard",
     "ANIMEGAMER_CHECKPOINTS_DIR": "compose's own: the host folder mounted",
-    "POSTGRES_PASSWORD": "compose's own: put into the database URL",
-    "REDIS_PASSWORD": "compose's own: put into the Redis URLs",
+    "POSTGRES_PASSWORD": "compose's own: passed as ANIMEGAMER_DATABASE_PASSWORD",
+    "REDIS_PASSWORD": "compose's own: passed as ANIMEGAMER_REDIS_PASSWORD",
     "REDIS_MAXMEMORY": "compose's own: Redis's limit",
     "GRAFANA_ADMIN_PASSWORD": "compose's own: Grafana's (the monitoring profile)",
 }
@@ -240,7 +250,7 @@ def test_passwords_holding_any_reserved_character_reach_each_service_whole(
 
     from relay.settings import Settings
 
-    passwords = {name: f"Xy9Qz/Kp+w2=#a?b@{name}" for name in ("POSTGRES_PASSWORD", "REDIS_PASSWORD")}
+    passwords = {name: f"Xy9Qz/Kp+w2=#a?b@%41 {name}" for name in ("POSTGRES_PASSWORD", "REDIS_PASSWORD")}
     env = {**passwords, "DISCORD_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s"}
     for variable in SETTINGS:
         monkeypatch.delenv(variable, raising=False)

@@ -401,6 +401,8 @@ NOT_PASSED = {
     "ANIMEGAMER_BLOB_DIR": "with the results in Redis, large results cross in Redis",
     "ANIMEGAMER_MIGRATE_AT_START": "the migration Job migrates",
     "SHARD_IDS": "each bot process connects every shard (overlays/shard-ranges sets it)",
+    "ANIMEGAMER_DATABASE_PASSWORD": "optional: the Secret's URL holds the password (bot.secrets.example.env)",
+    "ANIMEGAMER_REDIS_PASSWORD": "optional: the Secrets' URLs hold the password (bot.secrets.example.env)",
 }
 
 

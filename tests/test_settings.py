@@ -111,3 +111,30 @@ def test_a_workers_claim_length_is_read_by_its_name_now_and_by_its_earlier_one(m
     assert Settings(_env_file=None).claim_seconds == 12
     monkeypatch.setenv("ANIMEGAMER_CLAIM_SECONDS", "9")
     assert Settings(_env_file=None).claim_seconds == 9
+
+
+def test_password_settings_reach_every_client_as_typed() -> None:
+    """Redis (redis-py, kombu) and the database (SQLAlchemy) each read back the password exactly as typed."""
+    from kombu.utils.url import url_to_parts
+    from redis.connection import parse_url
+    from sqlalchemy.engine import make_url
+
+    typed = "ab%41cd/+=#?@:% é["
+    settings = Settings(
+        broker_url="redis://redis:6379/0",
+        result_backend="redis://redis:6379/1",
+        database_url="postgresql+asyncpg://animegamer@postgres:5432/animegamer",
+        redis_password=typed,
+        database_password=typed,
+    )
+    assert parse_url(settings.broker_url)["password"] == parse_url(settings.result_backend)["password"] == typed
+    assert url_to_parts(settings.broker_url).password == typed
+    assert (
+        make_url(settings.database_url).password == typed and make_url(settings.database_url).username == "animegamer"
+    )
+    assert typed not in repr(settings)
+
+
+def test_a_redis_password_setting_leaves_the_embedded_queue_alone(tmp_path) -> None:
+    settings = Settings(data_dir=tmp_path, redis_password="secret")
+    assert settings.broker_url.startswith("sqla+sqlite:///") and "secret" not in settings.broker_url

@@ -17,6 +17,8 @@ from game.contract import PROGRESS_STATE, TASK_NAME, Stage, TurnRequest, TurnRes
 from media.mp4 import decode_mp4
 from relay.blob_store import store_for
 from relay.celery_app import BrokerUnavailable, check_broker, make_celery
+from relay.settings import Settings
+from tests.redis_server import RedisServer
 from tests.workers import Worker, redis_url_or_skip, settings_for, start_worker, worker_env
 
 LINE = "Character: Qiqi; Motion: gently fly on broomstick; Background: night sky."
@@ -116,6 +118,25 @@ def test_a_game_with_a_short_visibility_timeout_never_puts_back_another_games_ru
         finally:
             channel.basic_ack(message.delivery_tag)
             channel.queue_delete(queue)
+
+
+TYPED = "ab%41cd/+=#?@:% é["  # every character a URL reserves, a space, a non-ASCII one, and a %-escape look-alike
+
+
+@pytest.mark.slow  # a Redis server of its own
+def test_a_redis_password_setting_reaches_redis_as_typed_percent_escape_and_all(tmp_path):
+    """Compose puts REDIS_PASSWORD into ANIMEGAMER_REDIS_PASSWORD, not into a URL: a URL reads "%41" as "A"."""
+    server = RedisServer(tmp_path / "redis", password=TYPED)
+    server.start()
+    try:
+        at = f"redis://{server.host}:{server.port}"
+        settings = Settings(data_dir=tmp_path, broker_url=f"{at}/0", result_backend=f"{at}/1", redis_password=TYPED)
+        check_broker(make_celery(settings), timeout=5.0)  # the queue and the result store both let it in
+        in_the_url = f"redis://:{TYPED}@{server.host}:{server.port}/0"  # the old way: the escape is decoded
+        with pytest.raises(BrokerUnavailable, match="refuses this user name or password"):
+            check_broker(make_celery(Settings(data_dir=tmp_path, broker_url=in_the_url)), timeout=1.0)
+    finally:
+        server.stop()
 
 
 def test_a_broker_that_does_not_answer_is_reported_not_waited_for(tmp_path):
