@@ -41,8 +41,13 @@ async def after_deletion(
 
 
 async def cancel_sent(bot: AnimeGamerBot, task_ids: Sequence[str]) -> None:
-    """Mark the deleted turns the workers have as cancelled: after answering, since a broker can take seconds to
-    refuse. Their rows are gone already, so a result that still arrives finds no job and is never posted."""
+    """Take the deleted turns still queued out of the broker, and mark those a worker has as cancelled: after
+    answering, since a broker can take seconds to refuse. Their rows are gone already, so a result that still
+    arrives finds no job and is never posted."""
+    try:
+        await bot.queue.withdraw(task_ids)
+    except QueueUnavailable:
+        log.info("deleted turns not taken out of the queue; their workers find the cancel marks")
     for task_id in task_ids:
         try:
             await bot.queue.cancel(task_id)

@@ -11,9 +11,10 @@ later, while everything that needs no queue keeps working.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -130,6 +131,30 @@ class TurnQueue:
                 self.app.control.revoke(task_id)  # a broadcast; the SQLite transport has none
 
         await self._call(cancel)
+
+    async def withdraw(self, task_ids: Sequence[str]) -> int:
+        """Take turns no worker has taken yet out of the broker's queues (Redis), so that a deleted player's turn
+        leaves no message behind; returns how many were taken out. (The SQLite broker's rows go with the job's: a
+        queued turn there is dropped by its worker, which finds the cancel mark.)"""
+        if not task_ids or not self.broker_is_redis:
+            return 0
+        wanted = set(task_ids)
+        prefix = self.app.conf.task_default_queue  # the game's queues: <queue> and <queue>.<character>
+
+        def withdraw() -> int:
+            client = self._broker_redis()
+            taken = 0
+            for key in client.scan_iter(match=f"{prefix}*", count=500, _type="list"):
+                for raw in client.lrange(key, 0, -1):
+                    try:
+                        task_id = json.loads(raw)["headers"]["id"]
+                    except (ValueError, KeyError, TypeError):
+                        continue  # not a Celery message: not ours to judge
+                    if task_id in wanted:
+                        taken += client.lrem(key, 1, raw)
+            return taken
+
+        return await self._call(withdraw)
 
     async def release(self, task_id: str, holder: str) -> bool:
         """Forget a job's claim before it is sent again, only if ``holder`` still holds it (see JobControl)."""

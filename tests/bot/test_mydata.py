@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import time
 import zipfile
 
-from sqlalchemy import func, select
+import redis
+from sqlalchemy import delete, func, select, update
 
-from db.models import Ban, Character, Job, Player, Turn
-from tests.bot.conftest import read_db, running_bot
-from tests.bot.helpers import clip_path, db_session, private_text, seed_turn
+from db.models import Ban, Character, Job, JobStatus, Player, Turn
+from tests.bot.conftest import game_in, idle_settings, read_db, running_bot
+from tests.bot.helpers import accepted, clip_path, db_session, private_text, seed_turn
 from tests.discord_double import member
 
 ALICE, BOB, MOD = member("alice"), member("bob"), member("mod", manage_guild=True)
@@ -89,3 +92,39 @@ async def test_no_one_else_can_confirm_a_players_deletion(double, bot_settings):
         turns = await read_db(bot_settings, select(func.count()).select_from(Turn))
     assert kept.json["data"]["content"] == "Nothing was deleted."  # the view still waited: Bob's click did nothing
     assert characters == [("Kiki",), ("Qiqi",)] and turns == [(2,)]
+
+
+async def queued(client: redis.Redis, queue: str, count: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (now := client.llen(queue)) != count:
+        assert time.monotonic() < deadline, f"{now} message(s) on {queue}, not {count}"
+        await asyncio.sleep(0.1)
+
+
+async def test_delete_takes_a_turn_still_queued_out_of_redis_and_leaves_nothing_of_the_player(
+    double, tmp_path, redis_url, migrated_game
+):
+    """Counted where each thing lives: rows in the database, the clip in the store, the message in Redis."""
+    settings = idle_settings(
+        tmp_path,
+        database_url=f"sqlite+aiosqlite:///{game_in(tmp_path, migrated_game)}",
+        broker_url=redis_url,
+        result_backend=redis_url,
+    )
+    queue = redis.Redis.from_url(redis_url)
+    async with running_bot(double, settings):
+        job_id = await played(double, settings)  # a finished turn with its clip, for the store's count
+        async with db_session(settings) as session:  # that turn is history, and she is let play again
+            await session.execute(update(Job).where(Job.id == job_id).values(status=JobStatus.DONE))
+            await session.execute(delete(Ban))
+        await accepted(await double.slash("act", {"motion": "wave", "background": "town"}, user=ALICE))
+        await queued(queue, settings.queue, 1)
+        ask = await double.slash("mydata delete", user=ALICE)
+        buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
+        confirm = next(b for b in buttons if b["label"] == "Delete everything")
+        await (await double.button(ask.original, confirm["custom_id"], user=ALICE)).response()
+        await ask.followups(timeout=30)
+        await queued(queue, settings.queue, 0)
+    assert await rows_of(settings, ALICE.id) == 0
+    assert not clip_path(settings, double.guild.id, job_id).exists()
+    assert await rows_of(settings, BOB.id) == 2
