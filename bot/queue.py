@@ -138,23 +138,28 @@ class TurnQueue:
         queued turn there is dropped by its worker, which finds the cancel mark.)"""
         if not task_ids or not self.broker_is_redis:
             return 0
-        wanted = set(task_ids)
-        prefix = self.app.conf.task_default_queue  # the game's queues: <queue> and <queue>.<character>
+        return len(await self._call(lambda: self._in_queues(set(task_ids), take=True)))
 
-        def withdraw() -> int:
-            client = self._broker_redis()
-            taken = 0
-            for key in client.scan_iter(match=f"{prefix}*", count=500, _type="list"):
-                for raw in client.lrange(key, 0, -1):
-                    try:
-                        task_id = json.loads(raw)["headers"]["id"]
-                    except (ValueError, KeyError, TypeError):
-                        continue  # not a Celery message: not ours to judge
-                    if task_id in wanted:
-                        taken += client.lrem(key, 1, raw)
-            return taken
+    async def still_queued(self, task_ids: Sequence[str]) -> set[str]:
+        """Those of ``task_ids`` whose message waits in the broker's queues (Redis): sent, and no worker took it."""
+        if not task_ids or not self.broker_is_redis:
+            return set()
+        return await self._call(lambda: self._in_queues(set(task_ids), take=False))
 
-        return await self._call(withdraw)
+    def _in_queues(self, wanted: set[str], take: bool) -> set[str]:
+        """The wanted task ids found in the game's queue lists (``<queue>``, ``<queue>.<character>``), taken out
+        of them when ``take``."""
+        client = self._broker_redis()
+        found: set[str] = set()
+        for key in client.scan_iter(match=f"{self.app.conf.task_default_queue}*", count=500, _type="list"):
+            for raw in client.lrange(key, 0, -1):
+                try:
+                    task_id = json.loads(raw)["headers"]["id"]
+                except (ValueError, KeyError, TypeError):
+                    continue  # not a Celery message: not ours to judge
+                if task_id in wanted and (not take or client.lrem(key, 1, raw)):
+                    found.add(task_id)
+        return found
 
     async def release(self, task_id: str, holder: str) -> bool:
         """Forget a job's claim before it is sent again, only if ``holder`` still holds it (see JobControl)."""

@@ -71,6 +71,9 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 30.0
 STORE_WAIT = timedelta(minutes=10)  # a made turn whose clip cannot be written (a full disk) waits this long
 STORE_BACKOFF_MAX = 60.0  # seconds between its tries, doubling from one
+# Redis counts its uptime in whole seconds and the broker's start is put at its earliest (bot/queue.py): a turn sent
+# within this of that instant may have gone just before the restart or just after it.
+UPTIME_GRAIN = timedelta(seconds=1)
 STRIKES = 3  # ticks in a row a job's own handling may fail before the job is failed
 UNREADABLE = "This turn can no longer be made: the game changed since it was asked"
 
@@ -115,6 +118,8 @@ class Supervisor(Background):
         self.settings, self.sessions, self.queue, self.clips, self.metrics = settings, sessions, queue, clips, metrics
         self.outbox, self.presence, self.notices, self.poster = outbox, presence, notices, poster
         self.limits, self.clock = outbox.limits, outbox.clock
+        # Turns judged lost from the queue for a broker start (below): sent again, they are not judged again for it.
+        self._judged: dict[str, datetime] = {}
         self._strikes: dict[int, int] = {}  # job id -> its handling's failures in a row
         self._storing: dict[int, StoreWait] = {}  # job id -> its clip's next try, while the disk refuses it
 
@@ -194,6 +199,24 @@ class Supervisor(Background):
             self.presence.queue_answers = True
         return looks
 
+    async def _lost_from_queue(self, job: JobInfo, broker_started: datetime) -> bool:
+        """Whether a turn sent about when the broker started is missing from its queue, judged once per start: the
+        turn sent again just after a restart may fall in the same grain, and a worker may have taken it before its
+        claim shows."""
+        task_id = job.task_id
+        same_start = UPTIME_GRAIN * 2  # the start, computed each tick from whole seconds, moves within a second
+        judged = self._judged.get(task_id)
+        if judged is not None and abs(judged - broker_started) < same_start:
+            return False
+        try:
+            lost = task_id not in await self.queue.still_queued([task_id])
+        except QueueUnavailable:
+            return False  # asked again next tick
+        if lost:
+            self._judged = {t: at for t, at in self._judged.items() if abs(at - broker_started) < same_start}
+            self._judged[task_id] = broker_started
+        return lost
+
     async def _broker_started(self) -> datetime | None:
         """When the broker last started, on the fleet's clock (its uptime is the broker's own count)."""
         try:
@@ -209,8 +232,14 @@ class Supervisor(Background):
             return
         look = looks.get(job.task_id) if looks is not None else None
         seen = look.seen if look is not None else Seen.UNKNOWN if job.sent_at is not None else Seen.NOTHING
-        if seen is Seen.NOTHING and job.sent_at and broker_started and job.sent_at < broker_started:
-            seen = Seen.LOST  # sent before the broker restarted, and no worker has it
+        if seen is Seen.NOTHING and job.sent_at and broker_started:
+            if job.sent_at < broker_started:
+                seen = Seen.LOST  # sent before the broker restarted, and no worker has it
+            elif job.sent_at < broker_started + UPTIME_GRAIN and await self._lost_from_queue(job, broker_started):
+                # Sent within the grain of Redis's whole-second uptime of its restart: the uptime cannot say on which
+                # side, the queue can. (Taken by a worker that has not claimed it yet, it is sent again: a turn
+                # sent twice is made once.)
+                seen = Seen.LOST
         now = self.clock.now()
         clock = JobClock(job.status, job.sent_at is not None, job.attempts, job.deadline_at, job.started_at)
         event = next_event(clock, seen, now, self.limits)
