@@ -393,13 +393,13 @@ async def test_cancel_means_cancel_queued_or_running(broker, tmp_path):
                 await start(double, player)
             for player in players[:2]:
                 await accepted(await double.slash("act", SLOW, user=player))
-            jobs = await wait_for_db(
+            jobs = await wait_for_db(  # and both sent: one cancelled before its send never reaches the worker at all
                 settings,
-                select(Job.status, Job.user_id),
-                lambda rows: JobStatus.RUNNING in {s for s, _ in rows},
+                select(Job.status, Job.user_id, Job.sent_at),
+                lambda rows: JobStatus.RUNNING in {s for s, _, _ in rows} and all(sent for *_, sent in rows),
                 timeout=60,
             )
-            by_status = {status: user_id for status, user_id in jobs}
+            by_status = {status: user_id for status, user_id, _ in jobs}
             for status in (JobStatus.QUEUED, JobStatus.RUNNING):  # the one waiting behind, then the one running
                 player = next(p for p in players if p.id == by_status[status])
                 assert "Cancelled" in shown(await (await double.slash("cancel", user=player)).answer())["content"]
