@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from bot.clip_copies import take_down_withdrawn
-from bot.clip_deletes import delete_owed, retry_owed
+from bot.clip_deletes import delete_owed
 from db import moderation, reports
 from db.models import Job, Turn
 
@@ -52,16 +52,15 @@ async def take_down_clip(bot: AnimeGamerBot, job: Job, turn: Turn, *, actor_id: 
         with contextlib.suppress(discord.NotFound):  # deleted in Discord already: the rest still has to happen
             await channel.get_partial_message(job.result_message_id).delete()
     async with bot.sessions() as session, session.begin():
-        taken, key, copies = await reports.take_down(session, turn.id)
+        taken, keys, copies = await reports.take_down(session, turn.id)
         if not taken:
             return None
         closed = await reports.resolve_reports(session, turn.id, reports.REMOVED, actor_id)
         if job.guild_id is not None:
             details = f"{closed} open report(s); {turn.instruction}"[:500]
             await moderation.audit(session, job.guild_id, actor_id, action, f"job {job.id}", details)
-    owed = await delete_owed(bot.sessions, bot.clips, [key]) if key else []  # recorded with the take-down
+    owed = await delete_owed(bot.sessions, bot.clips, keys)  # recorded with the take-down
     if copies:
-        await retry_owed(bot.sessions, bot.clips)  # the kept recaps that held it, owed with the take-down
         await take_down_withdrawn(bot, bot.sessions)  # what Discord refuses now, the retention loop retries each minute
     log.info("job %s: clip taken down (%s by %s), %d copies withdrawn", job.id, action, actor_id, copies)
     return TakenDown(stored_gone=not owed, copies=copies)

@@ -69,11 +69,12 @@ async def record(
     return kept
 
 
-async def withdraw(session: AsyncSession, turn_ids: Sequence[int]) -> int:
+async def withdraw(session: AsyncSession, turn_ids: Sequence[int]) -> tuple[int, list[str]]:
     """Mark every copy holding one of ``turn_ids`` withdrawn (in the caller's transaction, before the turns are
-    deleted) and owe the deletion of their kept recap objects; returns how many were withdrawn now."""
+    deleted) and owe the deletion of their kept recap objects; returns how many were withdrawn now and the keys of
+    those recap objects, for the caller to delete once this commits."""
     if not turn_ids:
-        return 0
+        return 0, []
     gone = set(turn_ids)
     stories = set()
     for start in range(0, len(turn_ids), 500):
@@ -82,7 +83,7 @@ async def withdraw(session: AsyncSession, turn_ids: Sequence[int]) -> int:
         )
         stories.update(rows.scalars())
     if not stories:
-        return 0
+        return 0, []
     copies = (
         await session.execute(
             select(ClipCopy).where(ClipCopy.story_id.in_(sorted(stories)), ClipCopy.withdrawn_at.is_(None))
@@ -90,12 +91,13 @@ async def withdraw(session: AsyncSession, turn_ids: Sequence[int]) -> int:
     ).scalars()
     hit = [copy for copy in copies if _held(copy) & gone]
     if not hit:
-        return 0
+        return 0, []
     await session.execute(
         update(ClipCopy).where(ClipCopy.id.in_([copy.id for copy in hit])).values(withdrawn_at=utcnow())
     )
-    await clip_deletes.record(session, [copy.recap_key for copy in hit if copy.recap_key])
-    return len(hit)
+    keys = sorted({copy.recap_key for copy in hit if copy.recap_key})
+    await clip_deletes.record(session, keys)
+    return len(hit), keys
 
 
 async def withdrawn(session: AsyncSession, limit: int = 100) -> list[ClipCopy]:

@@ -228,7 +228,7 @@ async def purge_player(session: AsyncSession, guild_id: int, user_id: int) -> tu
     keys = [key for key in clips if key]
     await clip_deletes.record(session, keys)  # in this transaction: the rows that name them go with it
     turns = select(Turn.id).join(Character, Turn.character_id == Character.id).where(Character.player_id == player.id)
-    copies = await clip_copies.withdraw(session, list((await session.execute(turns)).scalars()))  # before rows go
+    copies, _ = await clip_copies.withdraw(session, list((await session.execute(turns)).scalars()))  # before rows go
     await session.execute(delete(Player).where(Player.id == player.id))
     return keys, copies
 

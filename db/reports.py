@@ -71,17 +71,19 @@ async def resolve_reports(session: AsyncSession, turn_id: int, resolution: str, 
     return result.rowcount or 0
 
 
-async def take_down(session: AsyncSession, turn_id: int) -> tuple[bool, str | None, int]:
-    """Mark a turn's posted clip taken down, once. Returns whether this call did it, the stored clip's key, whose
-    deletion is recorded here, for the caller to delete once this commits (None when none is kept), and how many
-    posted recaps and pages holding it were withdrawn with it (bot/clip_copies.py deletes them)."""
+async def take_down(session: AsyncSession, turn_id: int) -> tuple[bool, list[str], int]:
+    """Mark a turn's posted clip taken down, once. Returns whether this call did it, the keys whose deletion is
+    recorded here for the caller to delete once this commits (the stored clip's first, then the kept recaps that
+    hold it), and how many posted recaps and pages holding it were withdrawn with it (bot/clip_copies.py)."""
     key = (await session.execute(select(Turn.clip_key).where(Turn.id == turn_id))).scalar()
     done = await session.execute(
         update(Turn)
         .where(Turn.id == turn_id, Turn.clip_removed_at.is_(None))
         .values(clip_removed_at=utcnow(), clip_key=None)
     )
-    if done.rowcount and key:
+    if not done.rowcount:
+        return False, [], 0
+    if key:
         await clip_deletes.record(session, [key])
-    copies = await clip_copies.withdraw(session, [turn_id]) if done.rowcount else 0  # recaps and pages holding it
-    return bool(done.rowcount), key, copies
+    copies, recaps = await clip_copies.withdraw(session, [turn_id])  # the recaps and pages holding it
+    return True, ([key] if key else []) + recaps, copies
