@@ -302,18 +302,19 @@ GAME_ID = "game_id"  # made by revision 0011
 
 async def game_id(session: AsyncSession) -> str:
     """This game's id: every key the clip store holds for it starts with it (revision 0011 made it). A database
-    made without the migrations (a test's ``create_all``) gets one the first time it is asked."""
+    made without the migrations (a test's ``create_all``) gets one the first time it is asked; two processes asking
+    at once agree on the first one written."""
     found = await get_app_state(session, GAME_ID)
     if found is None:
-        found = f"g{secrets.token_hex(8)}"
-        await set_app_state(session, GAME_ID, found)
+        await insert_ignore(session, AppState, key=GAME_ID, value=f"g{secrets.token_hex(8)}")
+        found = await get_app_state(session, GAME_ID)
+        assert found is not None
     return found
 
 
 async def set_app_state(session: AsyncSession, key: str, value: str) -> None:
-    row = (await session.execute(select(AppState).where(AppState.key == key))).scalar_one_or_none()
-    if row is None:
-        session.add(AppState(key=key, value=value))
-    else:
-        row.value = value
-    await session.flush()
+    """Insert or overwrite in one statement: two bots started together both write the commands' hash, and a
+    SELECT-then-INSERT made one of them fail its start on the primary key (seen in CI on PostgreSQL)."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    upsert = dialect.insert(AppState).values(key=key, value=value)
+    await session.execute(upsert.on_conflict_do_update(index_elements=["key"], set_={"value": value}))

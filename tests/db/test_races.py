@@ -146,3 +146,45 @@ async def test_the_servers_queue_cap_holds_when_two_bots_submit_for_two_players_
         assert any("queue is full" in str(o) for o in outcomes)
         assert await _in_flight(two_bots[0]) == 1
         await _finish_all(two_bots[0])
+
+
+async def test_two_bots_writing_one_setting_at_once_both_succeed_and_the_last_write_stays(
+    two_bots: tuple[Sessions, Sessions],
+) -> None:
+    """Two bots started together both store the commands' hash: the second waits for the first's row instead of
+    failing its start on the primary key (CI, PostgreSQL), whatever the order they commit in."""
+    first_wrote = asyncio.Event()
+    release = asyncio.Event()
+
+    async def first() -> None:
+        async with two_bots[0]() as s, s.begin():
+            await q.set_app_state(s, "commands_hash:global", "one")
+            first_wrote.set()
+            await release.wait()
+
+    async def second() -> None:
+        await first_wrote.wait()
+        async with two_bots[1]() as s, s.begin():
+            await q.set_app_state(s, "commands_hash:global", "two")
+
+    holding = asyncio.create_task(first())
+    waiting = asyncio.create_task(second())
+    await asyncio.sleep(0.3)  # the second's write is now waiting on the first's uncommitted row (or on SQLite's lock)
+    release.set()
+    await asyncio.wait_for(asyncio.gather(holding, waiting), 30)
+    async with two_bots[0]() as s:
+        assert await q.get_app_state(s, "commands_hash:global") == "two"
+
+
+async def test_two_bots_asking_a_new_database_for_its_game_id_at_once_get_the_same_one(
+    two_bots: tuple[Sessions, Sessions],
+) -> None:
+    async with two_bots[0]() as s, s.begin():
+        await s.execute(q.delete(q.AppState).where(q.AppState.key == q.GAME_ID))
+
+    async def ask(sessions: Sessions) -> str:
+        async with sessions() as s, s.begin():
+            return await q.game_id(s)
+
+    first, second = await asyncio.gather(ask(two_bots[0]), ask(two_bots[1]))
+    assert first == second
