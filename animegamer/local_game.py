@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -42,6 +43,28 @@ from relay.settings import Settings
 POLL_SECONDS = 0.05
 
 
+# Ctrl-C is kept as a flag as well as raised. Python raises KeyboardInterrupt wherever the main thread happens to be,
+# and raised inside a finalizer (a connection's ``__del__`` or weakref callback, run by the garbage collector) it is
+# printed and dropped: the demo then played on after a Ctrl-C (CI, once). The flag makes the next poll raise it again.
+_CTRL_C = threading.Event()
+
+
+def _on_ctrl_c(signum: int, frame: object) -> None:
+    _CTRL_C.set()
+    raise KeyboardInterrupt
+
+
+def watch_ctrl_c() -> None:
+    """Remember a Ctrl-C until it stops the game; a process that ignores SIGINT (a background job) keeps ignoring it."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_ctrl_c)
+
+
+def stop_if_ctrl_c() -> None:
+    if _CTRL_C.is_set():
+        raise KeyboardInterrupt
+
+
 class TurnFailed(RuntimeError):
     """A turn the worker could not make; the message is meant for the player."""
 
@@ -52,6 +75,7 @@ class SetupError(RuntimeError):
 
 def connect(settings: Settings) -> Celery:
     """Check the model name and the queue before starting anything, and return the Celery app."""
+    watch_ctrl_c()
     from relay.celery_app import BrokerUnavailable, check_broker, make_celery
     from worker.pipeline.config import UnknownModelError, check_model_name
 
@@ -125,6 +149,7 @@ def run_turn(
     deadline = time.monotonic() + timeout
     try:
         while True:
+            stop_if_ctrl_c()
             state = async_result.state
             if state == states.SUCCESS:
                 try:

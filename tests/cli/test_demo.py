@@ -127,7 +127,12 @@ def test_ctrl_c_during_the_demo_stops_the_worker_and_leaves_only_complete_files(
         assert proc.poll() is None and time.monotonic() < deadline, "the demo made no clip"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the demo played on after Ctrl-C:\n{stdout[-1500:]}\n{stderr[-3000:]}")
 
     assert proc.returncode == 130, stderr[-2000:]
     assert "Stopped after" in stderr
@@ -138,6 +143,38 @@ def test_ctrl_c_during_the_demo_stops_the_worker_and_leaves_only_complete_files(
         assert decode_mp4(clip.read_bytes()).shape[0] == 17
     assert not [p for p in out.iterdir() if p.name.endswith(".partial")]
     assert "Stopped after" in (out / "story.html").read_text()
+
+
+DROPPED_CTRL_C = """
+import os, signal, time
+from animegamer.local_game import stop_if_ctrl_c, watch_ctrl_c
+
+class Connection:
+    def __del__(self):  # a finalizer: Python prints an exception raised here and drops it
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+
+watch_ctrl_c()
+Connection()
+print("the KeyboardInterrupt was dropped", flush=True)
+stop_if_ctrl_c()
+print("played on")
+"""
+
+
+def test_a_ctrl_c_that_a_finalizer_dropped_still_stops_the_next_poll():
+    """Seen once in CI: the demo played on after its Ctrl-C, the KeyboardInterrupt raised where it was lost."""
+    done = subprocess.run(
+        [sys.executable, "-c", DROPPED_CTRL_C],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert "the KeyboardInterrupt was dropped" in done.stdout, done.stderr
+    assert "played on" not in done.stdout
+    assert "KeyboardInterrupt" in done.stderr and done.returncode != 0
 
 
 def test_db_upgrade_on_a_path_that_cannot_be_a_database_says_so(tmp_path):
