@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from kombu.utils.url import maybe_sanitize_url
 
 from relay.settings import Settings
+from relay.tls import certificate_problem, postgres_transport, public_host, redis_transport
 
 Status = Literal["ok", "warn", "fail"]
 Role = Literal["bot", "worker"]
@@ -68,6 +69,8 @@ def database(settings: Settings) -> Result:
     head = head_revision()
     if revision != head:
         return Result(name, "fail", f"{shown} is at revision {revision}, the code needs {head}", upgrade)
+    if settings.database_url.startswith("postgresql"):
+        shown = f"{shown} ({postgres_transport(settings.database_url).said()})"
     return Result(name, "ok", f"{shown} at revision {head}")
 
 
@@ -93,12 +96,32 @@ def _is_id(part: str) -> bool:
 def queue(settings: Settings) -> Result:
     from relay.celery_app import BrokerUnavailable, check_broker, make_celery
 
-    shown = f"broker {maybe_sanitize_url(settings.broker_url)}, results {maybe_sanitize_url(settings.result_backend)}"
+    shown = f"broker {_where(settings.broker_url)}, results {_where(settings.result_backend)}"
     try:
         check_broker(make_celery(settings), settings.broker_timeout)
     except BrokerUnavailable as exc:
+        if (problem := certificate_problem(exc.__cause__ or exc)) is not None:
+            shown = maybe_sanitize_url(settings.broker_url).split("?")[0]
+            return Result("queue", "fail", f"{shown} was refused: {problem.said}", problem.fix)
         return Result("queue", "fail", str(exc).split(" (")[0], "start it, or fix ANIMEGAMER_BROKER_URL")
-    return Result("queue", "ok", shown)
+    return _in_the_clear("queue", shown, settings.broker_url, settings.result_backend)
+
+
+def _where(url: str) -> str:
+    """A server's URL without its password or query, and how the connection travels (relay/tls.py)."""
+    transport = redis_transport(url) if url.startswith(("redis://", "rediss://")) else None
+    shown = maybe_sanitize_url(url).split("?")[0]
+    return f"{shown} ({transport.said()})" if transport is not None else shown
+
+
+def _in_the_clear(name: str, detail: str, *urls: str) -> Result:
+    """Ok, or a warning where a connection to a public address travels in plain text: every turn and the password
+    then cross networks nobody here owns as they are."""
+    exposed = [u for u in urls if u.startswith("redis://") and public_host(u)]
+    if exposed:
+        fix = "use rediss:// with ANIMEGAMER_REDIS_CA_FILE (docs/operating.md, a worker on a network you don't own)"
+        return Result(name, "warn", f"{detail}; plain text to a public address", fix)
+    return Result(name, "ok", detail)
 
 
 def nudity_detector(settings: Settings) -> Result:
@@ -207,12 +230,14 @@ def redis_settings(settings: Settings) -> list[Result]:
 def _redis(url: str) -> Result:
     import redis
 
-    name = f"redis {maybe_sanitize_url(url)}"
+    name = f"redis {_where(url)}"
     try:
         config = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5).config_get("*")
     except redis.ResponseError:  # managed Redis services often refuse CONFIG
         return Result(name, "warn", "its settings cannot be read (CONFIG is refused)", "check them with your provider")
     except redis.RedisError as exc:
+        if (problem := certificate_problem(exc)) is not None:
+            return Result(name, "fail", f"refused: {problem.said}", problem.fix)
         return Result(name, "fail", f"does not answer ({type(exc).__name__})", "start it, or fix the URL")
     problems = []
     if config.get("appendonly") != "yes" and not config.get("save"):

@@ -22,6 +22,7 @@ from kombu.utils.url import maybe_sanitize_url
 from game.contract import RESULT_KEEP_SECONDS, TASK_NAME
 from game.instruction import parse, unreadable
 from relay.settings import Settings
+from relay.tls import certificate_problem
 
 RELEASE_MODEL = "animegamer"  # worker.pipeline.config.RELEASE, without importing the model code
 
@@ -115,6 +116,8 @@ def check_broker(app: Celery, timeout: float) -> None:
                 f"The queue at {broker} refuses this user name or password ({exc}): set the password as typed in "
                 "ANIMEGAMER_REDIS_PASSWORD (docs/operating.md), or check the user's ACL."
             ) from exc
+        if (problem := certificate_problem(exc)) is not None:  # it answers; what it showed was not trusted
+            raise BrokerUnavailable(f"The queue at {broker} was refused: {problem.said}: {problem.fix}.") from exc
         raise BrokerUnavailable(
             f"The queue at {broker} does not answer ({type(exc).__name__}: {exc}). "
             "Start it, or unset ANIMEGAMER_BROKER_URL and ANIMEGAMER_RESULT_BACKEND to use the embedded queue."

@@ -14,6 +14,8 @@ from urllib.parse import quote, unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from relay.tls import with_redis_tls
+
 DUTY_SECONDS = 10.0  # the default of ANIMEGAMER_DUTY_SECONDS
 WORKER_STALL_SECONDS = 300.0  # the default of ANIMEGAMER_WORKER_STALL_SECONDS, where the time limit allows it
 
@@ -34,6 +36,12 @@ class Settings(BaseSettings):
     # password is read as URLs are, by every client: "%41" there is "A".)
     redis_password: SecretStr | None = None
     database_password: SecretStr | None = None
+    # TLS to Redis, for rediss:// URLs (relay/tls.py): the CA that signed the server's certificate (unset: the
+    # system's), and a client certificate and key where the server asks for one. A rediss:// URL's certificate is
+    # always verified unless its query says ssl_cert_reqs=none.
+    redis_ca_file: Path | None = None
+    redis_cert_file: Path | None = None
+    redis_key_file: Path | None = None
     # Clips and representations over inline_max_bytes: unset, Redis keys beside the results when those are in
     # Redis (machines that share no folder), else <data_dir>/blobs; set, a folder every process mounts.
     blob_dir: Path | None = None
@@ -158,6 +166,9 @@ class Settings(BaseSettings):
             self.result_backend = with_password(self.result_backend, typed, REDIS_SCHEMES)
         if self.database_password is not None:
             self.database_url = with_password(self.database_url, self.database_password.get_secret_value())
+        tls = (self.redis_ca_file, self.redis_cert_file, self.redis_key_file)
+        self.broker_url = with_redis_tls(self.broker_url, *tls)
+        self.result_backend = with_redis_tls(self.result_backend, *tls)
         if self.blob_dir == Path():  # left empty, as in .env.example
             self.blob_dir = None
         if self.blob_dir is None and not self.results_in_redis:
@@ -249,6 +260,11 @@ def settings_at_odds(settings: Settings) -> str | None:
             settings.worker_stall_seconds < settings.task_time_limit,
             f"ANIMEGAMER_WORKER_STALL_SECONDS ({settings.worker_stall_seconds:g} s) must be under "
             f"ANIMEGAMER_TASK_TIME_LIMIT ({settings.task_time_limit} s): the time limit would end a stuck turn first",
+        ),
+        (
+            settings.redis_ca_file is None or settings.broker_url.startswith("rediss://"),
+            "ANIMEGAMER_REDIS_CA_FILE is set, but ANIMEGAMER_BROKER_URL is not rediss://: the queue would travel in "
+            "plain text",
         ),
     ]
     return next((said for holds, said in rules if not holds), None)

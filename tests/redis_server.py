@@ -14,7 +14,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 import redis
@@ -22,6 +22,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests import tiers
+
+if TYPE_CHECKING:
+    from tests.certificates import Certificates
 
 
 def free_port() -> int:
@@ -36,17 +39,37 @@ class RedisServer:
     running: ClassVar[set[RedisServer]] = set()  # started and not yet stopped, in this test process
 
     def __init__(
-        self, folder: Path, *, persist: bool = False, host: str = "127.0.0.1", password: str | None = None
+        self,
+        folder: Path,
+        *,
+        persist: bool = False,
+        host: str = "127.0.0.1",
+        password: str | None = None,
+        tls: Certificates | None = None,
+        client_certificates: bool = False,
     ) -> None:
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed; `make test` installs it where it can")
         self.folder, self.persist, self.host, self.port = folder, persist, host, free_port()
         self.password = password  # off the loopback, Redis takes no client without one (protected mode)
+        self.tls = tls  # TLS only (no plain-text port)
+        self.client_certificates = client_certificates  # whether a client must show a certificate signed by tls.ca
         folder.mkdir(parents=True, exist_ok=True)
 
     def url(self, db: int = 0) -> str:
+        """Without any TLS option: the settings under test add those (``rediss://`` where the server has TLS)."""
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}{self.host}:{self.port}/{db}"
+        return f"{'rediss' if self.tls else 'redis'}://{auth}{self.host}:{self.port}/{db}"
+
+    def _listen(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            *("--port", "0", "--tls-port", str(self.port)),
+            *("--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key)),
+            *("--tls-ca-cert-file", str(self.tls.ca)),
+            *("--tls-auth-clients", "yes" if self.client_certificates else "no"),
+        ]
 
     def start(self) -> None:
         tiers.starting("a Redis server")
@@ -56,8 +79,7 @@ class RedisServer:
                 "redis-server",
                 "--bind",
                 self.host,
-                "--port",
-                str(self.port),
+                *self._listen(),
                 "--dir",
                 str(self.folder),
                 "--save",
@@ -108,8 +130,14 @@ class RedisServer:
     def _client(self, **options: float) -> redis.Redis:
         # No retries: redis-py 8 retries a refused connection 10 times with backoff, so each stop() spent 7.5 s
         # asking a server that had already gone whether it had.
+        tls: dict[str, object] = {}
+        if self.tls is not None:
+            # Whether it is up, not whether its certificate is good: a test may give it an expired one on purpose.
+            tls = {"ssl": True, "ssl_cert_reqs": "none", "ssl_check_hostname": False}
+            if self.client_certificates:
+                tls.update(ssl_certfile=str(self.tls.client_cert), ssl_keyfile=str(self.tls.client_key))
         return redis.Redis(
-            host=self.host, port=self.port, password=self.password, retry=Retry(NoBackoff(), 0), **options
+            host=self.host, port=self.port, password=self.password, retry=Retry(NoBackoff(), 0), **tls, **options
         )
 
     def restart(self) -> None:

@@ -199,6 +199,9 @@ NOT_PASSED = {
     "REDIS_PASSWORD": "compose's own: passed as ANIMEGAMER_REDIS_PASSWORD",
     "REDIS_MAXMEMORY": "compose's own: Redis's limit",
     "GRAFANA_ADMIN_PASSWORD": "compose's own: Grafana's (the monitoring profile)",
+    "ANIMEGAMER_REDIS_CA_FILE": "the stack's Redis is on the stack's own network; TLS is for workers elsewhere",
+    "ANIMEGAMER_REDIS_CERT_FILE": "the stack's Redis is on the stack's own network; TLS is for workers elsewhere",
+    "ANIMEGAMER_REDIS_KEY_FILE": "the stack's Redis is on the stack's own network; TLS is for workers elsewhere",
 }
 
 

@@ -403,6 +403,9 @@ NOT_PASSED = {
     "SHARD_IDS": "each bot process connects every shard (overlays/shard-ranges sets it)",
     "ANIMEGAMER_DATABASE_PASSWORD": "optional: the Secret's URL holds the password (bot.secrets.example.env)",
     "ANIMEGAMER_REDIS_PASSWORD": "optional: the Secrets' URLs hold the password (bot.secrets.example.env)",
+    "ANIMEGAMER_REDIS_CA_FILE": "the base's Redis is in the cluster; TLS is for workers elsewhere (docs/operating.md)",
+    "ANIMEGAMER_REDIS_CERT_FILE": "the base's Redis is in the cluster; TLS is for workers elsewhere",
+    "ANIMEGAMER_REDIS_KEY_FILE": "the base's Redis is in the cluster; TLS is for workers elsewhere",
 }
 
 
