@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from safetensors.torch import load
 
 from game.contract import TurnRequest
 from tests.checkpoints.release_tree import write_two_characters
-from tests.workers import REPO
+from tests.cli_run import run_cli
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.load import Clip, load_release_pipeline, load_release_pipelines
 
@@ -95,14 +92,8 @@ def test_a_character_file_over_another_base_is_refused(tmp_path):
         load_release_pipelines(tmp_path, ("Qiqi", "Sosuke"), device="cpu", clip=CLIP)
 
 
-def test_checkpoints_check_prints_the_memory_plan_for_one_character_and_for_all(root):
-    done = subprocess.run(
-        [sys.executable, "-m", "animegamer", "checkpoints", "check", str(root)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+def test_checkpoints_check_prints_the_memory_plan_for_one_character_and_for_all(root, tmp_path, capsys, monkeypatch):
+    done = run_cli("checkpoints", "check", str(root), cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch)
     assert done.returncode == 0, done.stderr
     plan_lines = done.stdout.split("GPU memory", 1)[1].splitlines()
     assert any(line.strip().startswith("Qiqi: a GPU with") for line in plan_lines)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,7 +10,7 @@ import torch
 from game.contract import TurnRequest
 from media.mp4 import decode_mp4
 from tests.checkpoints.release_tree import write_tiny_release
-from tests.workers import REPO
+from tests.cli_run import run_cli
 from worker.pipeline.checkpoints.errors import CheckpointError
 from worker.pipeline.checkpoints.load import Clip, check, load_release_pipeline
 from worker.pipeline.loading import load_pipeline
@@ -76,14 +74,10 @@ def test_check_names_a_half_downloaded_file(release, tmp_path):
     assert any("FAIL" in line and "3d-vae.pt" in line and "truncated" in line for line in report.lines)
 
 
-def test_the_checkpoints_check_command_prints_the_report_and_fails_on_a_missing_character(release):
-    done = subprocess.run(
-        [sys.executable, "-m", "animegamer", "checkpoints", "check", str(release.root)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+def test_the_checkpoints_check_command_prints_the_report_and_fails_on_a_missing_character(
+    release, tmp_path, capsys, monkeypatch
+):
+    done = run_cli("checkpoints", "check", str(release.root), cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch)
     assert "Qiqi" in done.stdout and "ok" in done.stdout
     assert "Sosuke" in done.stdout and "FAIL" in done.stdout  # this tree holds only Qiqi's pair
     assert done.returncode == 0  # at least one character can be played

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from media.mp4 import decode_mp4
+from tests.cli_run import run_cli
 from tests.workers import REPO, worker_env
 
 TWO_LINES = (
@@ -96,11 +97,9 @@ def test_a_broker_that_does_not_answer_stops_the_demo_with_a_message(tmp_path):
     assert "does not answer" in done.stderr
 
 
-def test_every_command_has_help():
+def test_every_command_has_help(tmp_path, capsys, monkeypatch):
     for command in ([], ["demo"], ["play"], ["worker"], ["db"], ["db", "upgrade"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "animegamer", *command, "--help"], capture_output=True, text=True, cwd=REPO
-        )
+        done = run_cli(*command, "--help", cwd=tmp_path, capsys=capsys, monkeypatch=monkeypatch)
         assert done.returncode == 0 and "usage: animegamer" in done.stdout, command
 
 

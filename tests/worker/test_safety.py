@@ -84,6 +84,9 @@ def test_none_of_the_projects_own_frames_is_flagged(checker: NudeNetChecker) -> 
     assert flagged == 0
 
 
+COMPARED_FRAMES = 16  # frames with a box, compared score by score: all 136 took 20 s of the suite for no more proof
+
+
 @pytest.mark.slow
 def test_its_scores_are_nudenets_own_for_the_same_pixels(checker: NudeNetChecker) -> None:
     """NudeNet 3.4's ``detect`` feeds a 3-channel image to its model channel-swapped (worker/safety.py): fed the same
@@ -93,6 +96,8 @@ def test_its_scores_are_nudenets_own_for_the_same_pixels(checker: NudeNetChecker
     clips, _ = model_frames("toy", 8)
     compared = 0
     for frame in (frame for clip in clips for frame in clip):
+        if compared == COMPARED_FRAMES:
+            break
         swapped = np.ascontiguousarray(frame[:, :, ::-1])
         boxes = detector.detect(swapped)
         if not boxes:
