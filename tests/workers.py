@@ -22,6 +22,7 @@ import pytest
 from celery import Celery
 from celery.result import AsyncResult
 
+from animegamer.cli.worker import TAKES_TURNS
 from game.contract import TASK_NAME, TurnRequest
 from relay.celery_app import make_celery
 from relay.settings import Settings
@@ -132,7 +133,9 @@ def start_worker(
             cwd=cwd,
         )
     deadline = time.monotonic() + WORKER_START_SECONDS
-    while b"ready." not in log.read_bytes():
+    # Celery's "ready." comes as the pool starts, before its process has loaded the model and announced itself to
+    # the bot and `animegamer check` (a test that asked at once found no worker serving its queue).
+    while b"ready." not in (said := log.read_bytes()) or TAKES_TURNS.encode() not in said:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"worker did not start:\n{log.read_text(errors='replace')[-3000:]}")

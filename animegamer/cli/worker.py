@@ -34,6 +34,7 @@ from relay.settings import Settings
 
 log = logging.getLogger(__name__)
 
+TAKES_TURNS = "model loaded and announced: this pool process takes turns now"
 CHILD_START_SECONDS = 1800.0  # a pool child loads the model before it reports alive: the published one takes minutes
 
 
@@ -94,6 +95,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 os.kill(os.getppid(), signal.SIGTERM)
                 return
         generate_turn.heartbeat  # noqa: B018 - announce this worker's queues, renew its claims
+        # Celery says "ready." as the pool starts, before its process has loaded the model: this line is the moment
+        # the worker is announced and takes turns (tests/workers.py waits for it).
+        log.info("%s (queues %s)", TAKES_TURNS, ", ".join(queues))
 
     argv = [
         "worker",
