@@ -65,12 +65,15 @@ def database(settings: Settings) -> Result:
     try:
         revision = asyncio.run(current_revision(settings.database_url))
     except Exception as exc:
+        if (problem := certificate_problem(exc)) is not None:
+            fix = "set ANIMEGAMER_DATABASE_CA_FILE to the CA that signed the server's certificate, or renew it"
+            return Result(name, "fail", f"{shown.split('?')[0]} was refused: {problem.said}", fix)
         return Result(name, "fail", f"{shown} does not answer ({type(exc).__name__})", "check ANIMEGAMER_DATABASE_URL")
     head = head_revision()
     if revision != head:
         return Result(name, "fail", f"{shown} is at revision {revision}, the code needs {head}", upgrade)
     if settings.database_url.startswith("postgresql"):
-        shown = f"{shown} ({postgres_transport(settings.database_url).said()})"
+        shown = f"{shown.split('?')[0]} ({postgres_transport(settings.database_url).said()})"
     return Result(name, "ok", f"{shown} at revision {head}")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,29 @@ def _install_sqlite_hooks(engine: AsyncEngine, path: Path | None, foreign_keys: 
             raise DatabaseFileError(shown, str(original)) from original
 
 
+TLS_KEYS = ("sslmode", "ssl", "sslrootcert", "sslcert", "sslkey")
+
+
+def postgres_tls(url: URL) -> tuple[URL, ssl.SSLContext | str | None]:
+    """libpq's TLS words in a database URL (``sslmode=verify-full&sslrootcert=ca.pem``, and ``sslcert``/``sslkey`` for
+    a client certificate) as the ``ssl`` argument asyncpg takes, and the URL without them. SQLAlchemy hands the query
+    to asyncpg as keyword arguments, and asyncpg takes no ``sslrootcert``: the CA file would be refused, or with
+    ``ssl=verify-full`` alone looked for in ~/.postgresql. verify-full checks the certificate and the host name,
+    verify-ca the certificate only; any other mode (require, prefer, disable) is passed on as it is."""
+    query = url.query
+    if not any(key in query for key in TLS_KEYS):
+        return url, None
+    mode = str(query.get("sslmode") or query.get("ssl") or "prefer")
+    stripped = url.difference_update_query(TLS_KEYS)
+    if mode not in ("verify-ca", "verify-full"):
+        return stripped, mode
+    context = ssl.create_default_context(cafile=str(query["sslrootcert"]) if "sslrootcert" in query else None)
+    context.check_hostname = mode == "verify-full"
+    if "sslcert" in query:
+        context.load_cert_chain(str(query["sslcert"]), str(query["sslkey"]) if "sslkey" in query else None)
+    return stripped, context
+
+
 def make_engine(
     url: str | URL = DEFAULT_URL,
     *,
@@ -130,6 +154,10 @@ def make_engine(
     that a duty's round never waits on the database longer than its hold lasts: the bot passes half its duty hold.
     Extra keyword arguments go to :func:`create_async_engine` (e.g. ``poolclass=NullPool``).
     """
+    if make_url(url).get_backend_name() == "postgresql":
+        url, tls = postgres_tls(make_url(url))
+        if tls is not None:
+            kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "ssl": tls}
     if call_timeout is not None and make_url(url).get_backend_name() == "postgresql":
         kwargs.setdefault("pool_timeout", call_timeout)
         kwargs["connect_args"] = {

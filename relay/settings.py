@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from relay.tls import with_redis_tls
+from relay.tls import with_database_ca, with_redis_tls
 
 DUTY_SECONDS = 10.0  # the default of ANIMEGAMER_DUTY_SECONDS
 WORKER_STALL_SECONDS = 300.0  # the default of ANIMEGAMER_WORKER_STALL_SECONDS, where the time limit allows it
@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     redis_ca_file: Path | None = None
     redis_cert_file: Path | None = None
     redis_key_file: Path | None = None
+    # TLS to PostgreSQL: the CA that signed its certificate; the database URL then asks for sslmode=verify-full
+    # (the certificate and the host name checked) unless it names another mode. libpq's sslrootcert, sslcert and
+    # sslkey may also be written in the URL itself (db/engine.py).
+    database_ca_file: Path | None = None
     # Clips and representations over inline_max_bytes: unset, Redis keys beside the results when those are in
     # Redis (machines that share no folder), else <data_dir>/blobs; set, a folder every process mounts.
     blob_dir: Path | None = None
@@ -166,6 +170,8 @@ class Settings(BaseSettings):
             self.result_backend = with_password(self.result_backend, typed, REDIS_SCHEMES)
         if self.database_password is not None:
             self.database_url = with_password(self.database_url, self.database_password.get_secret_value())
+        if self.database_ca_file is not None:
+            self.database_url = with_database_ca(self.database_url, self.database_ca_file)
         tls = (self.redis_ca_file, self.redis_cert_file, self.redis_key_file)
         self.broker_url = with_redis_tls(self.broker_url, *tls)
         self.result_backend = with_redis_tls(self.result_backend, *tls)

@@ -36,6 +36,20 @@ def with_redis_tls(url: str, ca_file: Path | None, cert_file: Path | None, key_f
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def with_database_ca(url: str, ca_file: Path) -> str:
+    """A PostgreSQL URL that verifies the server against ``ca_file``: libpq's ``sslrootcert``, and
+    ``sslmode=verify-full`` unless the URL names a mode (db/engine.py turns both into asyncpg's ``ssl``). Other URLs
+    are returned as they are."""
+    if not url.startswith("postgresql"):
+        return url
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if "sslmode" not in query and "ssl" not in query:
+        query["sslmode"] = "verify-full"
+    query.setdefault("sslrootcert", str(ca_file))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 @dataclass(frozen=True)
 class Transport:
     """How a connection travels: what ``animegamer check`` says of each server."""

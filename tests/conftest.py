@@ -12,6 +12,7 @@ import pytest
 import pytest_timeout
 
 from tests import tiers
+from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 from tests.scrape import free_port
 from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
@@ -28,6 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     RedisServer.stop_all()  # a test's own servers daemonize: none outlives the run
+    PostgresServer.stop_all()
 
 
 @pytest.hookimpl(tryfirst=True)

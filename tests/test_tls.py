@@ -1,6 +1,7 @@
-"""TLS to Redis, verified, against a real redis-server that speaks only TLS and asks every client for a certificate,
-on certificates the tests make (tests/certificates.py): the right CA plays a turn, and a wrong CA, an expired
-certificate, a missing client certificate or no CA at all are each refused in one line that says so."""
+"""TLS, verified, against real servers on certificates the tests make (tests/certificates.py): a redis-server that
+speaks only TLS and asks every client for a certificate, and a PostgreSQL of the test's own with ssl on. The right CA
+plays a turn and migrates the database; a wrong CA, an expired certificate, a missing client certificate or no CA
+at all are each refused in one line that says so."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from animegamer import checks
+from db.migrate import upgrade
 from relay.celery_app import BrokerUnavailable, check_broker, make_celery
 from relay.settings import Settings
 from tests import tiers
 from tests.certificates import Certificates, make_certificates
+from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 from tests.workers import start_worker, worker_env
 
@@ -124,3 +127,34 @@ def test_a_worker_plays_a_turn_through_tls_with_a_client_certificate(
     finally:
         worker.kill()
     assert result["num_frames"] == 17 and result["label"] == "tiny model, random weights"
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres(certificates: Certificates) -> Iterator[PostgresServer]:
+    started = PostgresServer(certificates)
+    started.start()
+    yield started
+    started.stop()
+
+
+def test_the_database_over_tls_with_its_ca_is_migrated_and_check_says_verified(
+    postgres: PostgresServer, certificates: Certificates, tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path, database_url=postgres.url(), database_ca_file=certificates.ca)
+    upgrade(settings.database_url)  # alembic, through the same engine the bot makes
+    checked = checks.database(settings)
+    assert checked.status == "ok", checked
+    assert f"127.0.0.1:{postgres.port}/postgres (TLS, certificate verified) at revision" in checked.detail
+
+
+def test_a_database_certificate_another_ca_signed_is_refused_saying_so(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    other = make_certificates(tmp_path / "other-ca")
+    checked = checks.database(Settings(data_dir=tmp_path, database_url=postgres.url(), database_ca_file=other.ca))
+    assert checked.status == "fail"
+    assert "was refused: its certificate did not verify (unable to get local issuer certificate)" in (checked.detail)
+    assert "ANIMEGAMER_DATABASE_CA_FILE" in checked.fix

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -97,3 +98,34 @@ def test_plain_text_to_a_public_address_is_a_warning_and_to_a_private_one_is_not
 )
 def test_a_databases_sslmode_says_how_it_travels(query_string: str, said: str) -> None:
     assert postgres_transport(f"postgresql+asyncpg://db.example.net/game{query_string}").said() == said
+
+
+def test_a_database_ca_asks_for_verify_full_unless_the_url_names_a_mode(tmp_path: Path) -> None:
+    plain = Settings(
+        data_dir=tmp_path,
+        database_url="postgresql+asyncpg://game@db.example.net/game",
+        database_ca_file=Path("/ca.pem"),
+    )
+    assert query(plain.database_url) == {"sslmode": ["verify-full"], "sslrootcert": ["/ca.pem"]}
+    chosen = Settings(
+        data_dir=tmp_path,
+        database_url="postgresql+asyncpg://game@db.example.net/game?sslmode=verify-ca",
+        database_ca_file=Path("/ca.pem"),
+    )
+    assert query(chosen.database_url)["sslmode"] == ["verify-ca"]
+
+
+def test_the_engine_turns_libpqs_tls_words_into_asyncpgs_ssl(tmp_path: Path) -> None:
+    from sqlalchemy.engine import make_url
+
+    from db.engine import postgres_tls
+    from tests.certificates import make_certificates
+
+    ca = make_certificates(tmp_path).ca
+    url, tls = postgres_tls(
+        make_url(f"postgresql+asyncpg://game@db.example.net/game?sslmode=verify-full&sslrootcert={ca}")
+    )
+    assert isinstance(tls, ssl.SSLContext) and tls.check_hostname and tls.verify_mode is ssl.CERT_REQUIRED
+    assert url.query == {}  # asyncpg takes no sslrootcert
+    assert postgres_tls(make_url("postgresql+asyncpg://game@db/game?sslmode=require"))[1] == "require"
+    assert postgres_tls(make_url("postgresql+asyncpg://game@db/game"))[1] is None
