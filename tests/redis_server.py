@@ -47,6 +47,7 @@ class RedisServer:
         password: str | None = None,
         tls: Certificates | None = None,
         client_certificates: bool = False,
+        users: tuple[str, ...] = (),
     ) -> None:
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed; `make test` installs it where it can")
@@ -54,6 +55,7 @@ class RedisServer:
         self.password = password  # off the loopback, Redis takes no client without one (protected mode)
         self.tls = tls  # TLS only (no plain-text port)
         self.client_certificates = client_certificates  # whether a client must show a certificate signed by tls.ca
+        self.users = users  # ACL users beside the default one, as `user` lines (relay/redis_acl.py)
         folder.mkdir(parents=True, exist_ok=True)
 
     def url(self, db: int = 0) -> str:
@@ -86,6 +88,7 @@ class RedisServer:
                 "",
                 *persistence,
                 *(["--requirepass", self.password] if self.password else []),
+                *(arg for user in self.users for arg in ("--user", *user.split())),
                 "--pidfile",
                 str(self.pidfile),
                 "--daemonize",
