@@ -161,10 +161,16 @@ def clip_store(settings: Settings) -> Result:
         fix = "create the bucket, or fix AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         if not settings.clip_store:
             fix = "make the clip folder writable by this user (ANIMEGAMER_CLIP_DIR)"
+        elif "was refused: " in str(exc):
+            fix = "set AWS_CA_BUNDLE to the CA that signed the store's certificate, or renew it"
         return Result("clip store", "fail", f"cannot write and read {store.where} ({exc})", fix)
     if back != probe:
         return Result("clip store", "fail", f"{store.where} gave back other bytes than were written")
-    return Result("clip store", "ok", f"{store.where}: written, read back and deleted")
+    if not settings.clip_store:
+        return Result("clip store", "ok", f"{store.where}: written, read back and deleted")
+    endpoint = settings.aws_endpoint_url or "https://s3.amazonaws.com"
+    transport = "TLS, certificate verified" if endpoint.startswith("https://") else "plain text"
+    return Result("clip store", "ok", f"{store.where} ({transport}): written, read back and deleted")
 
 
 def blob_store(settings: Settings) -> Result:

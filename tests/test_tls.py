@@ -1,5 +1,6 @@
 """TLS, verified, against real servers on certificates the tests make (tests/certificates.py): a redis-server that
-speaks only TLS and asks every client for a certificate, and a PostgreSQL of the test's own with ssl on. The right CA
+speaks only TLS and asks every client for a certificate, a PostgreSQL of the test's own with ssl on, and SeaweedFS's
+S3 over https. The right CA
 plays a turn and migrates the database; a wrong CA, an expired certificate, a missing client certificate or no CA
 at all are each refused in one line that says so."""
 
@@ -18,6 +19,7 @@ from tests import tiers
 from tests.certificates import Certificates, make_certificates
 from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
+from tests.s3_server import S3Server
 from tests.workers import start_worker, worker_env
 
 pytestmark = tiers.SLOW
@@ -158,3 +160,31 @@ def test_a_database_certificate_another_ca_signed_is_refused_saying_so(
     assert checked.status == "fail"
     assert "was refused: its certificate did not verify (unable to get local issuer certificate)" in (checked.detail)
     assert "ANIMEGAMER_DATABASE_CA_FILE" in checked.fix
+
+
+# -- the S3 store ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates) -> Iterator[S3Server]:
+    started = S3Server(tmp_path_factory.mktemp("seaweedfs"), tls=certificates)
+    started.start()
+    yield started
+    started.stop()
+
+
+def test_clips_in_a_store_over_https_with_its_ca_are_written_and_check_says_verified(
+    store: S3Server, certificates: Certificates, tmp_path: Path
+) -> None:
+    settings = store.settings(Settings(data_dir=tmp_path)).model_copy(update={"aws_ca_bundle": certificates.ca})
+    checked = checks.clip_store(settings)
+    assert checked.status == "ok", checked
+    assert f"at {store.endpoint} (TLS, certificate verified): written, read back and deleted" in checked.detail
+
+
+def test_a_store_certificate_another_ca_signed_is_refused_saying_so(store: S3Server, tmp_path: Path) -> None:
+    other = make_certificates(tmp_path / "other-ca")
+    settings = store.settings(Settings(data_dir=tmp_path)).model_copy(update={"aws_ca_bundle": other.ca})
+    checked = checks.clip_store(settings)
+    assert checked.status == "fail" and "was refused: its certificate did not verify" in checked.detail, checked
+    assert "AWS_CA_BUNDLE" in checked.fix
