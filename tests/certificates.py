@@ -28,15 +28,16 @@ class Certificates:
     client_key: Path
 
 
-def make_certificates(folder: Path, *, expired: bool = False) -> Certificates:
-    """A CA and certificates signed by it, written under ``folder``; ``expired``: the server's ended yesterday."""
+def make_certificates(folder: Path, *, expired: bool = False, addresses: tuple[str, ...] = ()) -> Certificates:
+    """A CA and certificates signed by it, written under ``folder``; ``expired``: the server's ended yesterday;
+    ``addresses``: the server's addresses besides 127.0.0.1 (a network namespace's side of a veth pair)."""
     folder.mkdir(parents=True, exist_ok=True)
     ca_key, ca = _ca(folder.name)
     now = dt.datetime.now(dt.UTC)
     server_key, server = _signed(
-        ca_key, ca, "server", ExtendedKeyUsageOID.SERVER_AUTH, now - 2 * DAY if expired else now
+        ca_key, ca, "server", ExtendedKeyUsageOID.SERVER_AUTH, now - 2 * DAY if expired else now, addresses
     )
-    client_key, client = _signed(ca_key, ca, "client", ExtendedKeyUsageOID.CLIENT_AUTH, now)
+    client_key, client = _signed(ca_key, ca, "client", ExtendedKeyUsageOID.CLIENT_AUTH, now, ())
     paths = Certificates(
         *(folder / name for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key"))
     )
@@ -75,10 +76,15 @@ def _signed(
     common: str,
     usage: x509.ObjectIdentifier,
     start: dt.datetime,
+    addresses: tuple[str, ...],
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A certificate valid from a day before ``start`` to a day after it, for 127.0.0.1 and localhost."""
+    """A certificate valid from a day before ``start`` to a day after it, for 127.0.0.1, localhost and
+    ``addresses``."""
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    names: list[x509.GeneralName] = [
+        *(x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", *addresses)),
+        x509.DNSName("localhost"),
+    ]
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(common))

@@ -16,7 +16,9 @@ from pathlib import Path
 import av
 import pytest
 
+from relay.redis_acl import bot_user, worker_user
 from tests import tiers
+from tests.certificates import make_certificates
 from tests.crowd import BotProcess, bot_argv, burst, count, crowd, discord_env, late, settle, setup_servers
 from tests.discord_double import DiscordDouble
 from tests.netns import Namespace, network_namespace
@@ -26,20 +28,25 @@ from tests.workers import Worker, machine, start_worker, worker_env
 PLAYERS = 4
 
 
+def shared_redis(worker: Worker) -> dict[str, str]:
+    """The worker's Redis URLs, for a bot that shares them and nothing else."""
+    return {k: v for k, v in worker.env.items() if k in ("ANIMEGAMER_BROKER_URL", "ANIMEGAMER_RESULT_BACKEND")}
+
+
 def frames(mp4: bytes) -> int:
     with av.open(io.BytesIO(mp4)) as container:
         return sum(1 for _ in container.decode(video=0))
 
 
-async def play_a_burst(worker: Worker, bot_machine: Path, redis_url: str) -> None:
-    """The bot in ``bot_machine`` with only the Redis URLs in common with ``worker``: every turn posted once."""
-    shared = {k: v for k, v in worker.env.items() if k in ("ANIMEGAMER_BROKER_URL", "ANIMEGAMER_RESULT_BACKEND")}
-    assert shared == {"ANIMEGAMER_BROKER_URL": redis_url, "ANIMEGAMER_RESULT_BACKEND": redis_url}
+async def play_a_burst(worker: Worker, bot_machine: Path, redis: dict[str, str]) -> None:
+    """The bot in ``bot_machine`` with only Redis in common with ``worker`` (``redis``: the bot's own Redis settings,
+    its URLs and, where the worker has them, its user's password and TLS files): every turn posted once."""
+    guilds, players = crowd(PLAYERS, guilds=2)
     guilds, players = crowd(PLAYERS, guilds=2)
     async with DiscordDouble(guilds, strict=True) as double:
         env = {
             **{k: v for k, v in worker.env.items() if not k.startswith(("ANIMEGAMER_", "HOME", "TMPDIR"))},
-            **shared,
+            **redis,
             **machine(bot_machine),
             **discord_env(double),
             "ANIMEGAMER_QUEUE": worker.env["ANIMEGAMER_QUEUE"],
@@ -70,7 +77,7 @@ async def test_a_bot_and_a_worker_sharing_only_the_redis_urls_post_every_turn_on
     bot_machine, gpu_machine = tmp_path / "bot-machine", tmp_path / "gpu-machine"
     worker = start_worker({**worker_env(gpu_machine / "data", redis_url), **machine(gpu_machine)}, cwd=gpu_machine)
     try:
-        await play_a_burst(worker, bot_machine, redis_url)
+        await play_a_burst(worker, bot_machine, shared_redis(worker))
     finally:
         worker.kill()
     assert not (bot_machine / "data" / "blobs").exists() and not (gpu_machine / "data" / "blobs").exists()
@@ -83,21 +90,49 @@ def namespace() -> Iterator[Namespace]:
         yield space
 
 
-async def test_a_worker_in_a_network_namespace_of_its_own_reaching_redis_over_a_veth_pair_plays_every_turn(
+async def test_a_worker_in_a_network_namespace_of_its_own_reaches_redis_over_tls_as_the_workers_user(
     namespace: Namespace, tmp_path: Path
 ) -> None:
+    """Off the loopback, as a rented GPU machine: Redis speaks only TLS, asks both machines for a client certificate
+    and knows the bot and the workers as users of their own (relay/redis_acl.py); the worker's user is all the worker
+    has, the bot's all the bot has, and every turn is played and posted once."""
     bot_machine, gpu_machine = tmp_path / "bot-machine", tmp_path / "gpu-machine"
-    # Where the worker's machine reaches us, and off the loopback Redis wants a password, as a deployment has.
-    server = RedisServer(tmp_path / "redis", host=namespace.host_address, password=secrets.token_hex(8))
+    tls = make_certificates(tmp_path / "ca", addresses=(namespace.host_address,))
+    queue, worker_password, bot_password = f"test-{secrets.token_hex(4)}", secrets.token_urlsafe(12), "b0t/+%41=#?@:"
+    users = (worker_user("animegamer-worker", worker_password, queue), bot_user("animegamer-bot", bot_password, queue))
+    server = RedisServer(
+        tmp_path / "redis", host=namespace.host_address, password=secrets.token_hex(8), tls=tls,
+        client_certificates=True, users=users,
+    )  # fmt: skip
     server.start()
+    where = f"rediss://{{user}}@{namespace.host_address}:{server.port}/0"
+    certificates = {
+        "ANIMEGAMER_REDIS_CA_FILE": str(tls.ca),
+        "ANIMEGAMER_REDIS_CERT_FILE": str(tls.client_cert),
+        "ANIMEGAMER_REDIS_KEY_FILE": str(tls.client_key),
+    }
     try:
-        env = {**worker_env(gpu_machine / "data", server.url()), **machine(gpu_machine)}
+        env = {
+            **worker_env(
+                gpu_machine / "data", where.format(user="animegamer-worker"), ANIMEGAMER_QUEUE=queue,
+                ANIMEGAMER_REDIS_PASSWORD=worker_password, **certificates,
+            ),
+            **machine(gpu_machine),
+        }  # fmt: skip
         worker = start_worker(env, cwd=gpu_machine, prefix=namespace.prefix)
         try:
-            await play_a_burst(worker, bot_machine, server.url())
+            bot_redis = {
+                "ANIMEGAMER_BROKER_URL": where.format(user="animegamer-bot"),
+                "ANIMEGAMER_RESULT_BACKEND": where.format(user="animegamer-bot"),
+                "ANIMEGAMER_REDIS_PASSWORD": bot_password,
+                **certificates,
+            }
+            await play_a_burst(worker, bot_machine, bot_redis)
         finally:
             worker.kill()
     finally:
         server.stop()
-    for log in (bot_machine / "bot.log", worker.log):  # the URLs carry the password; no log line does
-        assert server.password not in log.read_text(errors="replace"), log
+    for log in (bot_machine / "bot.log", worker.log):  # no log line holds a password, nor a refused command
+        said = log.read_text(errors="replace")
+        assert all(secret not in said for secret in (server.password, worker_password, bot_password)), log
+        assert "NOPERM" not in said and "no permissions" not in said, said[-3000:]
