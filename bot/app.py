@@ -43,7 +43,7 @@ from bot.watchdog import LoopWatch
 from db.engine import make_engine, make_sessionmaker
 from db.leases import live_holders
 from db.migrate import ready_schema
-from db.queries import game_id
+from db.queries import game_id, result_secret
 from relay.blob_store import store_for
 from relay.celery_app import make_celery
 from relay.settings import Settings
@@ -189,6 +189,7 @@ class AnimeGamerBot(commands.AutoShardedBot):
         self.sessions = make_sessionmaker(self.engine)
         async with self.sessions() as session, session.begin():
             self.clips.game = await game_id(session)  # every key this process makes starts with it
+            self.outbox.result_secret = await result_secret(session)  # what each turn's ticket is made with
         if isinstance(self.clips, FolderStore):  # every process of a game must see one folder, or clips go missing
             await self._check_clip_folder(self.clips)
         self.tree.on_error = on_app_command_error

@@ -92,6 +92,11 @@ class BotMetrics:
             "Finished turns whose clip will never be posted (refused for good, or too many failures).",
             registry=self.registry,
         )
+        self.results_rejected = Counter(
+            "animegamer_results_rejected",
+            "Results stored for a turn without the proof of the worker given it (game/proof.py): forged, and dropped.",
+            registry=self.registry,
+        )
         self.clip_safety = Counter(
             "animegamer_clip_safety",
             "Clips the nudity check had a say on, by decision.",

@@ -34,6 +34,7 @@ from game.contract import TurnRequest
 from game.history import DEFAULT_WINDOW
 from game.instruction import parse, unreadable
 from game.jobs import JobStatus, Limits
+from game.proof import ticket_for
 from game.schedule import Waiting, fair_order, fifo_order, window_for
 from relay.blob_store import BlobStore
 from relay.celery_app import RELEASE_MODEL, queue_for, queue_of_stored
@@ -59,6 +60,9 @@ class Outbox:
     ) -> None:
         self.settings, self.sessions, self.queue, self.blobs = settings, sessions, queue, blobs
         self.presence, self.limits, self.lease = presence, limits, lease
+        # The game's secret its turns' tickets are made with (game/proof.py), read from the database at start; None:
+        # no proof asked of the workers (an outbox made without a bot, in a test).
+        self.result_secret: bytes | None = None
         self.clock = FleetClock()  # every deadline's clock, the database's: the supervisor syncs it each tick
         # A turn's average time, which the supervisor keeps up to date: the pickup deadline's estimate.
         self.seconds_each = ETA_GUESS_SECONDS.get(settings.model, 60.0)
@@ -196,6 +200,9 @@ class Outbox:
                 )
             ).scalar_one_or_none() or DEFAULT_WINDOW
             history = await build_history(session, source, window, turn.model_key) if source is not None else []
-        request = TurnRequest(job_id=str(job.id), instruction=turn.instruction, seed=turn.seed, history=history)
+        ticket = ticket_for(self.result_secret, job.task_id) if self.result_secret is not None else ""
+        request = TurnRequest(
+            job_id=str(job.id), instruction=turn.instruction, seed=turn.seed, history=history, ticket=ticket
+        )
         request = await asyncio.to_thread(self.blobs.pack_request, request)  # large representations by reference
         return request, queue_for(self.settings, parse(turn.instruction).character)

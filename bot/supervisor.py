@@ -62,6 +62,7 @@ from db.models import Job
 from game.contract import PROGRESS_STATE, Progress, Stage, TurnResult, inline
 from game.instruction import unreadable
 from game.jobs import Event, JobClock, JobStatus, Limits, Seen, deadline_after, next_event
+from game.proof import proved
 from relay.blob_store import BlobError
 from relay.control import ENDED
 from relay.settings import Settings
@@ -293,6 +294,15 @@ class Supervisor(Background):
             )
             await self._forget(job)
 
+    async def reject(self, job: JobInfo) -> None:
+        """A result nobody given the turn wrote (game/proof.py): never posted. It is dropped from the result store, so
+        that the worker's own can be stored there (Celery never overwrites a success); where the worker had finished
+        already, its claim is seen ended with no result next tick, and the turn is handed back and made again."""
+        self.metrics.results_rejected.inc()
+        log.warning("job %s: a result without its turn's proof was rejected and dropped (not the worker's)", job.id)
+        with contextlib.suppress(QueueUnavailable):
+            await self.queue.forget(job.task_id)
+
     async def succeed(self, job: JobInfo, payload: object) -> None:
         waiting = self._storing.get(job.id)
         if waiting is not None and time.monotonic() < waiting.next_try:
@@ -302,6 +312,10 @@ class Supervisor(Background):
         except ValidationError as exc:
             first = exc.errors()[0]["msg"]
             await self.fail(job, f"the worker's result was malformed ({exc.error_count()} errors; {first})")
+            return
+        secret = self.outbox.result_secret
+        if secret is not None and not proved(stored, secret, job.task_id):
+            await self.reject(job)
             return
         try:
             # Read, not deleted yet: a bot restarted before it records the result reads it again.

@@ -312,6 +312,20 @@ async def game_id(session: AsyncSession) -> str:
     return found
 
 
+RESULT_SECRET = "result_secret"
+
+
+async def result_secret(session: AsyncSession) -> bytes:
+    """The game's secret its turns' tickets are made with (game/proof.py): made the first time a bot asks, the same
+    for every bot process of the game, and never sent to a worker (each turn's ticket is)."""
+    found = await get_app_state(session, RESULT_SECRET)
+    if found is None:
+        await insert_ignore(session, AppState, key=RESULT_SECRET, value=secrets.token_hex(32))
+        found = await get_app_state(session, RESULT_SECRET)
+        assert found is not None
+    return bytes.fromhex(found)
+
+
 async def set_app_state(session: AsyncSession, key: str, value: str) -> None:
     """Insert or overwrite in one statement: two bots started together both write the commands' hash, and a
     SELECT-then-INSERT made one of them fail its start on the primary key (seen in CI on PostgreSQL)."""

@@ -24,7 +24,9 @@ from game.instruction import parse
 from game.safety import SafetyReport
 from game.state import StateDeltas
 
-CONTRACT_VERSION = 3  # 2: large bytes may be a BlobRef into the shared blob store; 3: a result carries its safety
+# 2: large bytes may be a BlobRef into the shared blob store; 3: a result carries its safety report; 4: a request
+# carries its ticket and a result the proof made with it (game/proof.py)
+CONTRACT_VERSION = 4
 TASK_NAME = "animegamer.generate_turn"
 RESULT_KEEP_SECONDS = 24 * 3600  # a finished turn's result, and its blobs, wait this long for the bot to read them
 
@@ -82,7 +84,7 @@ _WIRE = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64"
 class _Versioned(BaseModel):
     model_config = _WIRE
 
-    version: Literal[3] = CONTRACT_VERSION
+    version: Literal[4] = CONTRACT_VERSION
 
     @model_validator(mode="before")
     @classmethod
@@ -134,6 +136,9 @@ class TurnRequest(_Versioned):
     instruction: str = Field(description="one canonical instruction line")
     seed: int = Field(ge=0, lt=2**63)
     history: list[HistoryTurn] = Field(default_factory=list, max_length=MAX_WINDOW - 1)
+    # What the worker given this turn proves its result with (game/proof.py); "" where nobody asks for a proof (the
+    # local demo). Not a secret of the game's: one turn's ticket proves nothing about another's.
+    ticket: str = Field(default="", repr=False)
 
     @field_validator("instruction")
     @classmethod
@@ -157,3 +162,4 @@ class TurnResult(_Versioned):
     timings: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
     # Required: a worker that ran no detector says so (game.safety.unchecked), and the bot withholds the clip.
     safety: SafetyReport = Field(description="the nudity detector's scores over the clip's frames")
+    proof: str = Field(default="", description="HMAC of this result under its request's ticket (game/proof.py)")

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from game.contract import PROGRESS_STATE, TASK_NAME, Progress, Stage, TurnRequest
 from game.instruction import parse
+from game.proof import proof_of
 from relay.blob_store import BlobStore, store_for
 from relay.celery_app import BrokerUnavailable, check_broker, served_queues
 from relay.control import Claim, JobControl, Presence, control_for
@@ -295,7 +296,10 @@ def _compute(task: PipelineTask, turn: TurnRequest, task_id: str, heartbeat: Hea
         raise Ignore()
     observe_turn(result.timings)
     log.info("job %s done in %.2fs", turn.job_id, sum(result.timings.values()))
-    return task.blobs.pack_result(result, task_id).model_dump(mode="json")
+    packed = task.blobs.pack_result(result, task_id)
+    if turn.ticket:  # what the bot takes as this turn's result, and nobody else's (game/proof.py)
+        packed = packed.model_copy(update={"proof": proof_of(turn.ticket, packed)})
+    return packed.model_dump(mode="json")
 
 
 def _cancelled(control: JobControl, task_id: str) -> bool:

@@ -53,14 +53,18 @@ def test_a_request_from_another_contract_version_is_refused():
 def test_a_request_of_the_first_contract_version_is_refused_as_another_release():
     """Version 1 carried every blob inline; its workers cannot read references."""
     data = TurnRequest(job_id="1", instruction=LINE, seed=1).model_dump(mode="json") | {"version": 1}
-    with pytest.raises(ValidationError, match="contract version 1 reached a side that speaks version 3"):
+    with pytest.raises(
+        ValidationError, match=f"contract version 1 reached a side that speaks version {CONTRACT_VERSION}"
+    ):
         TurnRequest.model_validate(data)
 
 
 def test_a_result_of_the_second_contract_version_is_refused_as_another_release():
     """Version 2 results carried no safety report: a bot of this release would have no word on their clips."""
     data = turn_result(1).model_dump(mode="json") | {"version": 2}
-    with pytest.raises(ValidationError, match="contract version 2 reached a side that speaks version 3"):
+    with pytest.raises(
+        ValidationError, match=f"contract version 2 reached a side that speaks version {CONTRACT_VERSION}"
+    ):
         TurnResult.model_validate(data)
 
 
