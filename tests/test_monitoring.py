@@ -79,6 +79,7 @@ def test_every_alert_named_in_the_issue_exists_and_names_its_runbook_section() -
         "AnimeGamerRedisMemoryNearLimit",
         "AnimeGamerClipStoreFailing",
         "AnimeGamerClipsWithheldUnchecked",
+        "AnimeGamerForgedResults",
     }
     runbook = (REPO / "docs" / "runbook.md").read_text()
     sections = {
