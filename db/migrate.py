@@ -61,23 +61,36 @@ def _refuse_running_loop(name: str) -> None:
     raise RuntimeError(f"db.migrate.{name}() was called inside a running event loop; await {name}_async() instead")
 
 
-class DatabaseMissing(RuntimeError):
+class DatabaseRefused(RuntimeError):
+    """The server answers but refuses the URL's user or database: said in one line, with what to do."""
+
+
+class DatabaseMissing(DatabaseRefused):
     """The server answers but has no database of that name: it must be created before it is migrated."""
 
 
 @contextlib.contextmanager
 def _database_named(url: str) -> Iterator[None]:
-    """A server database that does not exist is said in one line, with how to make it, not as asyncpg's traceback
-    (SQLSTATE 3D000: invalid catalog name)."""
+    """A server database that does not exist (SQLSTATE 3D000: invalid catalog name) or a login the server refuses
+    (class 28) is said in one line, with what to do, not as asyncpg's traceback. By the code, not the words: a missing
+    role or relation "does not exist" too, and is not a database to create."""
     try:
         yield
     except DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) != "3D000" and "does not exist" not in str(exc.orig):
-            raise
+        code = str(getattr(exc.orig, "sqlstate", None) or "")
         where = make_url(url)
+        server = f"{where.host}:{where.port or 5432}" if where.host else "the local server"
+        if code.startswith("28"):
+            raise DatabaseRefused(
+                f"PostgreSQL on {server} refused the login ({exc.orig}): check the user and password of "
+                "ANIMEGAMER_DATABASE_URL."
+            ) from None
+        if code != "3D000":
+            raise
+        host = f"-h {where.host} " if where.host else ""
         raise DatabaseMissing(
-            f'The database "{where.database}" does not exist on {where.host}:{where.port or 5432}: create it '
-            f"(createdb -h {where.host} -U {where.username} {where.database}, or CREATE DATABASE {where.database} "
+            f'The database "{where.database}" does not exist on {server}: create it '
+            f"(createdb {host}-U {where.username} {where.database}, or CREATE DATABASE {where.database} "
             "as a user that may), then run `animegamer db upgrade` again."
         ) from None
 

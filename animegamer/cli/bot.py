@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from bot.app import AnimeGamerBot
     from bot.clip_store import UnsharedClips
-    from db.migrate import DatabaseMissing, SchemaNotCurrent
+    from db.migrate import DatabaseRefused, SchemaNotCurrent
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the embedded queue's files and the clips live there
     # One handler, the CLI's: one line per event (discord.py's own would print each line twice, coloured).
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except discord.LoginFailure:
         print("Discord refused DISCORD_TOKEN: it is wrong or was reset; copy a fresh one.", file=sys.stderr)
         return 1
-    except (SchemaNotCurrent, DatabaseMissing, UnsharedClips) as refused:
+    except (SchemaNotCurrent, DatabaseRefused, UnsharedClips) as refused:
         print(refused, file=sys.stderr)
         return 1
 

@@ -26,14 +26,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "backup":
         return backup(args.path, settings)
     from db.engine import DatabaseFileError
-    from db.migrate import DatabaseMissing, downgrade, upgrade
+    from db.migrate import DatabaseRefused, downgrade, upgrade
 
     try:
         if args.action == "upgrade":
             upgrade(settings.database_url, args.revision)
         else:
             downgrade(settings.database_url, args.revision)
-    except (DatabaseFileError, DatabaseMissing) as exc:
+    except (DatabaseFileError, DatabaseRefused) as exc:
         print(exc, file=sys.stderr)
         return 1
     from sqlalchemy.engine import make_url

@@ -46,3 +46,16 @@ def test_db_upgrade_of_a_database_that_does_not_exist_says_so_in_one_line_and_ho
     (said,) = run.stderr.strip().splitlines()
     assert said.startswith('The database "no_such_game" does not exist on') and "CREATE DATABASE no_such_game" in said
     assert "hunter2" not in run.stdout + run.stderr
+
+
+def test_db_upgrade_as_a_role_that_does_not_exist_says_the_login_was_refused_not_that_the_database_is_missing(
+    postgres: Postgres,
+):
+    if reason := postgres.unavailable():
+        pytest.skip(reason)
+    url = make_url(postgres.url_for("postgres")).set(username="no_such_role", password="hunter2")
+    run = db_upgrade(url.render_as_string(hide_password=False))
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    (said,) = run.stderr.strip().splitlines()
+    assert "refused the login" in said and 'role "no_such_role" does not exist' in said
+    assert "CREATE DATABASE" not in said and "hunter2" not in run.stdout + run.stderr
