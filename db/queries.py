@@ -17,6 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase
 
+from db import clip_deletes
 from db.base import utcnow
 from db.models import (
     AppState,
@@ -221,18 +222,24 @@ async def story_turns(session: AsyncSession, story_id: int) -> list[tuple[Turn, 
     return [(turn, name or FORMER_PLAYER) for turn, name in (await session.execute(stmt)).all()]
 
 
-async def reset_character(session: AsyncSession, character: Character) -> None:
+async def reset_character(session: AsyncSession, character: Character) -> list[str]:
     """Start over: back to the starting stats, and the character's own past turns forgotten.
 
     Turns it played in shared stories belong to those stories too: they stay, detached from the
-    character (shown as from a former player), so other players' story keeps no holes.
+    character (shown as from a former player), so other players' story keeps no holes. The stored clips of the
+    forgotten turns are owed to the store in this transaction (``db/clip_deletes.py``): returned, for the caller to
+    delete once it commits; their rows gone, nothing else would ever delete them.
     """
     await session.execute(
         update(Turn).where(Turn.character_id == character.id, Turn.story_id.is_not(None)).values(character_id=None)
     )
-    await session.execute(delete(Turn).where(Turn.character_id == character.id))
+    mine = Turn.character_id == character.id
+    keys = list((await session.execute(select(Turn.clip_key).where(mine, Turn.clip_key.is_not(None)))).scalars())
+    await clip_deletes.record(session, keys)
+    await session.execute(delete(Turn).where(mine))
     character.stamina = character.social = character.entertainment = CharacterState().stamina
     await session.flush()
+    return keys
 
 
 async def member_of_story(session: AsyncSession, story_id: int, character_id: int) -> StoryMember | None:

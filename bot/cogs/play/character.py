@@ -9,6 +9,7 @@ import discord
 from discord import app_commands
 
 from bot.cards import GAUGE_FILENAME, render_gauges, state_embed
+from bot.clip_deletes import delete_owed
 from bot.confirm import Confirm
 from bot.errors import Refusal, defer_privately, fill
 from bot.turns import check_served
@@ -121,13 +122,13 @@ class CharacterCommands:
             if character is None:
                 return
             busy = await has_turn_in_flight(session, character)
-            if not busy:
-                await reset_character(session, character)
+            owed = [] if busy else await reset_character(session, character)
         # Answered after the transaction: no Discord call while the database's write lock is held.
         done = f"{discord.utils.escape_markdown(character.name)} starts over."
         await interaction.edit_original_response(
             content="A turn is in flight; try again when it is done." if busy else done
         )
+        await delete_owed(self.bot.sessions, self.bot.clips, owed)  # what the store cannot do now, retention retries
 
 
 async def character_choices(bot: AnimeGamerBot, current: str) -> list[app_commands.Choice[str]]:
