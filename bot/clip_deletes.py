@@ -19,11 +19,33 @@ from db.engine import Sessions
 log = logging.getLogger(__name__)
 
 
+def _delete_now(store: ClipStore, keys: Sequence[str]) -> list[str]:
+    """Delete ``keys`` (each ``prefix*`` the keys under it now); returns those the store could not delete."""
+    exact = [key for key in keys if not key.endswith(clip_deletes.EVERY)]
+    failed = []
+    for every in (key for key in keys if key.endswith(clip_deletes.EVERY)):
+        try:
+            under = store.keys(every.removesuffix(clip_deletes.EVERY))
+        except OSError:
+            failed.append(every)
+            continue
+        _, left = store.delete_now(under)
+        failed += [every] if left else []
+    return failed + store.delete_now(exact)[1]
+
+
+async def owe(sessions: Sessions, store: ClipStore, keys: Sequence[str]) -> list[str]:
+    """Record the deletion of ``keys``, whose rows stay (a story's kept recaps), then delete them: ``delete_owed``."""
+    async with sessions() as session, session.begin():
+        await clip_deletes.record(session, keys)
+    return await delete_owed(sessions, store, keys)
+
+
 async def delete_owed(sessions: Sessions, store: ClipStore, keys: Sequence[str]) -> list[str]:
     """Delete ``keys``, whose deletion is recorded; returns those the store could not delete now (still owed)."""
     if not keys:
         return []
-    _, failed = await asyncio.to_thread(store.delete_now, keys)
+    failed = await asyncio.to_thread(_delete_now, store, keys)
     async with sessions() as session, session.begin():
         await clip_deletes.done(session, set(keys) - set(failed))
         await clip_deletes.tried(session, failed)

@@ -9,15 +9,15 @@ its result arrives and is never applied or posted.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bot.clip_copies import take_down_withdrawn
-from bot.clip_deletes import delete_owed
-from bot.queue import QueueUnavailable
-from bot.recaps import forget
+from bot.clip_deletes import delete_owed, owe
+from bot.queue import QueueUnavailable, TurnQueue
+from bot.recaps import every_recap
+from db.clip_deletes import EVERY
 
 if TYPE_CHECKING:
     from bot.app import AnimeGamerBot
@@ -28,39 +28,40 @@ log = logging.getLogger(__name__)
 async def after_deletion(
     bot: AnimeGamerBot, clip_keys: Sequence[str], copies: int, stories: Sequence[int]
 ) -> list[str]:
-    """Delete what the deleted rows left outside the database; returns the clip keys still owed to the store."""
+    """Delete what the deleted rows left outside the database; returns the keys still owed to the store (a story's
+    kept recaps as one, ``every_recap``)."""
     owed = await delete_owed(bot.sessions, bot.clips, list(clip_keys))
     if copies:
         await take_down_withdrawn(bot, bot.sessions)  # what Discord refuses now: retried each minute
-    for story_id in stories:  # a kept recap shows their turns too; the next /story recap makes a new one
-        try:
-            await asyncio.to_thread(forget, bot.clips, story_id)
-        except OSError as exc:
-            log.warning("story %s: kept recaps not deleted now (%s)", story_id, exc)
-    return owed
+    # A kept recap shows their turns too; the next /story recap makes a new one.
+    return owed + await owe(bot.sessions, bot.clips, [every_recap(bot.clips, story_id) for story_id in stories])
 
 
-async def cancel_sent(bot: AnimeGamerBot, task_ids: Sequence[str]) -> None:
+async def cancel_sent(queue: TurnQueue, task_ids: Sequence[str]) -> None:
     """Take the deleted turns still queued out of the broker, and mark those a worker has as cancelled: after
     answering, since a broker can take seconds to refuse. Their rows are gone already, so a result that still
     arrives finds no job and is never posted."""
     try:
-        await bot.queue.withdraw(task_ids)
+        await queue.withdraw(task_ids)
     except QueueUnavailable:
         log.info("deleted turns not taken out of the queue; their workers find the cancel marks")
     for task_id in task_ids:
         try:
-            await bot.queue.cancel(task_id)
+            await queue.cancel(task_id)
         except QueueUnavailable:
             log.info("cancel of deleted turn %s not marked; its result finds no job", task_id)
 
 
-def deleted_text(clips: int, owed: int, copies: int) -> str:
-    """The part of an answer that says what went from outside the database and what is still to go."""
-    said = f"{clips - owed} clip file(s)"
+def deleted_text(clips: int, owed: Sequence[str], copies: int) -> str:
+    """The part of an answer that says what went from outside the database and what is still to go (``owed``, as
+    ``after_deletion`` returns it: clip keys, and a story's kept recaps as one)."""
+    files = [key for key in owed if not key.endswith(EVERY)]
+    said = f"{clips - len(files)} clip file(s)"
     if copies:
         said += f", and {copies} recap or story page message(s) that held them"
     said += "."
-    if owed:
-        said += f" {owed} more clip file(s) will be deleted as soon as the clip store answers."
+    if files:
+        said += f" {len(files)} more clip file(s) will be deleted as soon as the clip store answers."
+    if recaps := len(owed) - len(files):
+        said += f" The kept recaps of {recaps} story(ies) will be deleted as soon as the clip store answers."
     return said

@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from bot.clip_store import ClipStore
+from db.clip_deletes import EVERY
 from media.clips import ClipTooLarge, fit_file, join_files
 
 logger = logging.getLogger(__name__)
@@ -47,8 +48,14 @@ def recap_key(store: ClipStore, story_id: int, turn_ids: Sequence[int], limit_by
 
 
 def forget(store: ClipStore, story_id: int) -> None:
-    """Delete every kept recap of the story (and its too-large marks)."""
+    """Delete every kept recap of the story (and its too-large marks) now: older versions, when a new one is made."""
     store.delete(store.keys(_stem(store, story_id)))
+
+
+def every_recap(store: ClipStore, story_id: int) -> str:
+    """The owed key that stands for every kept recap of the story (``db/clip_deletes.py``), for a deletion that
+    must outlive an outage of the store: a story ended, a player's turns deleted."""
+    return _stem(store, story_id) + EVERY
 
 
 def recap_file(

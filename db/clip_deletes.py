@@ -12,6 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from db.models import ClipDelete
 
+# An owed key ending in this stands for every key under it then (a story's kept recaps: their versions are only known
+# by listing the store, which a store that is down cannot do). No stored key ends in it.
+EVERY = "*"
+
 
 async def record(session: AsyncSession, keys: Iterable[str]) -> None:
     """Owe the deletion of ``keys`` (in the caller's transaction; a key owed already stays owed once)."""

@@ -32,11 +32,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def delete_user(user_id: int, settings: Settings) -> int:
-    from bot.clip_deletes import delete_owed
+    from bot.clip_deletes import delete_owed, owe
     from bot.clip_store import ClipStore
+    from bot.privacy import cancel_sent
+    from bot.queue import TurnQueue
+    from bot.recaps import every_recap
     from db import privacy
     from db.engine import make_engine, make_sessionmaker
     from db.queries import game_id
+    from relay.celery_app import make_celery
 
     engine = make_engine(settings.database_url)
     try:
@@ -47,11 +51,15 @@ async def delete_user(user_id: int, settings: Settings) -> int:
         store = ClipStore.of(settings)
         store.game = game
         owed = await delete_owed(sessions, store, deleted.clip_keys)
+        recaps = await owe(sessions, store, [every_recap(store, story_id) for story_id in deleted.stories])
+        # Their turns still queued: out of the broker, or marked cancelled for the worker that has one.
+        await cancel_sent(TurnQueue(make_celery(settings), settings.broker_timeout), deleted.task_ids)
     finally:
         await engine.dispose()
     print(
         f"Deleted user {user_id}: {deleted.rows} row(s) and {len(deleted.clip_keys) - len(owed)} clip file(s); "
         f"{deleted.copies} posted recap or story page message(s) go within a minute of the bot's next look."
         + (f" {len(owed)} clip file(s) are owed to the store until it answers." if owed else "")
+        + (f" The kept recaps of {len(recaps)} story(ies) are owed to it too." if recaps else "")
     )
     return 0

@@ -18,11 +18,11 @@ from sqlalchemy import select
 
 from animegamer.checks import run_checks
 from bot.clip_store import ClipStore, FolderStore, S3Store
-from bot.recaps import forget, recap_file
-from db.models import ClipDelete, Job
+from bot.recaps import forget, recap_file, recap_key
+from db.models import ClipDelete, Job, Story
 from relay.settings import Settings
 from tests.bot.clip_samples import FRAMES, story_clips
-from tests.bot.conftest import idle_settings, running_bot, settings_beside, wait_for_db
+from tests.bot.conftest import idle_settings, read_db, running_bot, settings_beside, wait_for_db
 from tests.bot.helpers import accepted, count_rows, game_store, kept_recaps, private_text, seed_turn
 from tests.discord_double import Channel, DiscordDouble, Guild
 from tests.s3_server import S3Server
@@ -254,8 +254,8 @@ async def test_two_games_on_one_bucket_never_read_or_delete_each_others_clips_or
 async def test_a_removal_and_a_purge_while_the_store_is_down_delete_their_clips_once_it_is_back(
     tmp_path: Path, double
 ) -> None:
-    """SeaweedFS is killed; an admin removes one turn's clip and purges another player: each answer says the stored
-    clip is still to go, the deletions are recorded, and once the store is back both objects are gone and nothing
+    """SeaweedFS is killed; an admin removes one turn's clip, purges another player and ends a story with a kept
+    recap: each answer says the stored clip is still to go, the deletions are recorded, and once the store is back both objects are gone and nothing
     is owed (each bot process's retention loop retries what is owed). Before, S3Store.delete logged the outage
     after the keys were cleared, and the objects stayed in the bucket for good."""
     own = S3Server(tmp_path / "seaweedfs")
@@ -271,11 +271,15 @@ async def test_a_removal_and_a_purge_while_the_store_is_down_delete_their_clips_
             store = game_store(settings)
             keys = store.keys(f"{store.game}/")
             assert len(keys) == 2
+            await (await double.slash("story start", {"title": "Night flight"}, user=owner)).answer()
+            ((story_id,),) = await read_db(settings, select(Story.id))
+            store.put(recap_key(store, story_id, [removed], 1000), b"a kept recap")
             own.stop()
             removal = await double.slash("admin reports remove", {"job": removed}, user=owner)
             removed_said = private_text(await removal.answer(timeout=60))
             purge = await double.slash("admin purge", {"user": double.player}, user=owner)
             purged_said = private_text(await purge.answer(timeout=60))
+            await (await double.slash("story end", user=owner)).followups(timeout=60)  # its kept recap: owed
             owed_while_down = await count_rows(settings, ClipDelete)
             own.start()
             deadline = asyncio.get_running_loop().time() + 60
@@ -286,4 +290,4 @@ async def test_a_removal_and_a_purge_while_the_store_is_down_delete_their_clips_
         own.stop()
     assert "deleted as soon as the clip store answers" in removed_said, removed_said
     assert "0 clip file(s). 1 more clip file(s) will be deleted as soon as the clip store answers" in purged_said
-    assert owed_while_down == 2
+    assert owed_while_down == 3

@@ -41,9 +41,9 @@ class DataCommands:
             clips, copies = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
         owed = await after_deletion(self.bot, clips, copies, stories)
-        said = f"Deleted {user.mention}'s characters and turns, and " + deleted_text(len(clips), len(owed), copies)
+        said = f"Deleted {user.mention}'s characters and turns, and " + deleted_text(len(clips), owed, copies)
         await fill(interaction, said, ephemeral=True)
-        await cancel_sent(self.bot, [job.task_id for job in in_flight if job.sent_at is not None])  # unsent: gone
+        await cancel_sent(self.bot.queue, [job.task_id for job in in_flight if job.sent_at is not None])  # unsent: gone
 
     @app_commands.command(name="audit", description="Recent admin actions on this server")
     async def audit(self, interaction: discord.Interaction) -> None:

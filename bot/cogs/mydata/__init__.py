@@ -77,10 +77,10 @@ class MyData(commands.GroupCog, group_name="mydata", group_description="What the
             deleted = await privacy.delete_user(session, user_id)
         owed = await after_deletion(self.bot, deleted.clip_keys, deleted.copies, deleted.stories)
         said = "Deleted everything the game kept about you, and " + deleted_text(
-            len(deleted.clip_keys), len(owed), deleted.copies
+            len(deleted.clip_keys), owed, deleted.copies
         )
         await interaction.followup.send(said, ephemeral=True)
-        await cancel_sent(self.bot, deleted.task_ids)
+        await cancel_sent(self.bot.queue, deleted.task_ids)
 
 
 def shown_text(mine: dict[str, Any], kept: str) -> str:

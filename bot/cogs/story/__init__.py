@@ -17,9 +17,10 @@ from discord.ext import commands
 from sqlalchemy.exc import IntegrityError
 
 from bot.clip_copies import take_down_withdrawn
+from bot.clip_deletes import owe
 from bot.cogs.story.page import story_page
 from bot.errors import Refusal, defer_privately, defer_publicly, fill
-from bot.recaps import RECAP_STALE, forget, recap_file, recap_key
+from bot.recaps import RECAP_STALE, every_recap, recap_file, recap_key
 from bot.safety import ClipRules
 from bot.turn_options import Background, Line, Motion, turn_options
 from bot.turns import TurnInput, check_may_play, check_turn, submit_turn
@@ -300,7 +301,7 @@ class Stories(commands.GroupCog, group_name="story", group_description="Shared s
         await defer_publicly(interaction)
         async with self.bot.sessions() as session, session.begin():
             await end_story(session, story)
-        await asyncio.to_thread(forget, self.bot.clips, story.id)
+        await owe(self.bot.sessions, self.bot.clips, [every_recap(self.bot.clips, story.id)])  # outlives an outage
         await fill(
             interaction,
             f"📕 **{discord.utils.escape_markdown(story.title)}** is archived; /story start begins a new one here.",
