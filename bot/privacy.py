@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.clip_copies import take_down_withdrawn
@@ -25,16 +26,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def after_deletion(
-    bot: AnimeGamerBot, clip_keys: Sequence[str], copies: int, stories: Sequence[int]
-) -> list[str]:
-    """Delete what the deleted rows left outside the database; returns the keys still owed to the store (a story's
-    kept recaps as one, ``every_recap``)."""
+@dataclass(frozen=True)
+class Left:
+    """What a deletion could not take away now, each retried every minute until it is done."""
+
+    owed: list[str]  # keys owed to the store (a story's kept recaps as one, ``every_recap``)
+    copies: int  # posted recap and story page messages Discord did not delete now
+
+
+async def after_deletion(bot: AnimeGamerBot, clip_keys: Sequence[str], copies: int, stories: Sequence[int]) -> Left:
+    """Delete what the deleted rows left outside the database; returns what is still to go."""
     owed = await delete_owed(bot.sessions, bot.clips, list(clip_keys))
-    if copies:
-        await take_down_withdrawn(bot, bot.sessions)  # what Discord refuses now: retried each minute
+    copies_left = await take_down_withdrawn(bot, bot.sessions) if copies else 0
     # A kept recap shows their turns too; the next /story recap makes a new one.
-    return owed + await owe(bot.sessions, bot.clips, [every_recap(bot.clips, story_id) for story_id in stories])
+    owed += await owe(bot.sessions, bot.clips, [every_recap(bot.clips, story_id) for story_id in stories])
+    return Left(owed, min(copies_left, copies))
 
 
 async def cancel_sent(queue: TurnQueue, task_ids: Sequence[str]) -> None:
@@ -52,16 +58,17 @@ async def cancel_sent(queue: TurnQueue, task_ids: Sequence[str]) -> None:
             log.info("cancel of deleted turn %s not marked; its result finds no job", task_id)
 
 
-def deleted_text(clips: int, owed: Sequence[str], copies: int) -> str:
-    """The part of an answer that says what went from outside the database and what is still to go (``owed``, as
-    ``after_deletion`` returns it: clip keys, and a story's kept recaps as one)."""
-    files = [key for key in owed if not key.endswith(EVERY)]
+def deleted_text(clips: int, left: Left, copies: int) -> str:
+    """The part of an answer that says what went from outside the database and what is still to go."""
+    files = [key for key in left.owed if not key.endswith(EVERY)]
     said = f"{clips - len(files)} clip file(s)"
     if copies:
-        said += f", and {copies} recap or story page message(s) that held them"
+        said += f", and {copies - left.copies} recap or story page message(s) that held them"
     said += "."
     if files:
         said += f" {len(files)} more clip file(s) will be deleted as soon as the clip store answers."
-    if recaps := len(owed) - len(files):
+    if recaps := len(left.owed) - len(files):
         said += f" The kept recaps of {recaps} story(ies) will be deleted as soon as the clip store answers."
+    if left.copies:
+        said += f" {left.copies} more recap or story page message(s) will be deleted on a later try."
     return said

@@ -33,12 +33,18 @@ PENDING = " (The stored clip is deleted as soon as the clip store answers again.
 class TakenDown:
     stored_gone: bool  # False: the stored clip's deletion is recorded, and done once the store answers again
     copies: int  # posted recaps and story pages that held the clip, withdrawn with it
+    copies_left: int = 0  # of those, the messages Discord did not delete now: the retention loop tries again
 
     def said(self) -> str:
-        """What the answer adds to "the clip is deleted"."""
+        """What the answer adds to "the clip is deleted": never a message deleted that is still up."""
         text = ""
-        if self.copies:
+        if self.copies and not self.copies_left:
             text += f" {self.copies} recap or story page message(s) that held it are deleted too."
+        elif self.copies:
+            text += (
+                f" {self.copies} recap or story page message(s) held it: {self.copies - self.copies_left} deleted, "
+                f"{self.copies_left} on a later try (Discord refused it now)."
+            )
         return text + ("" if self.stored_gone else PENDING)
 
 
@@ -60,7 +66,7 @@ async def take_down_clip(bot: AnimeGamerBot, job: Job, turn: Turn, *, actor_id: 
             details = f"{closed} open report(s); {turn.instruction}"[:500]
             await moderation.audit(session, job.guild_id, actor_id, action, f"job {job.id}", details)
     owed = await delete_owed(bot.sessions, bot.clips, keys)  # recorded with the take-down
-    if copies:
-        await take_down_withdrawn(bot, bot.sessions)  # what Discord refuses now, the retention loop retries each minute
+    # What Discord refuses now, the retention loop retries each minute.
+    left = await take_down_withdrawn(bot, bot.sessions) if copies else 0
     log.info("job %s: clip taken down (%s by %s), %d copies withdrawn", job.id, action, actor_id, copies)
-    return TakenDown(stored_gone=not owed, copies=copies)
+    return TakenDown(stored_gone=not owed, copies=copies, copies_left=min(left, copies))

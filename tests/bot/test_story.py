@@ -248,9 +248,12 @@ async def test_a_recap_message_discord_would_not_delete_goes_on_a_later_try(doub
         await (await double.slash("story recap", user=PLAYERS[2])).followups(timeout=60)
         (recap,) = posted_with(double, ".mp4")
         refused = double.fail("DELETE", rf"/channels/\d+/messages/{recap.id}", status=503, times=1)
-        await (await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)).answer()
+        purge = await double.slash("admin purge", {"user": PLAYERS[1]}, user=double.guild.owner)
+        said = private_text(await purge.answer())
         await double.wait_until(lambda: not posted_with(double, ".mp4"), 30, "the recap message to be deleted")
     assert refused.hits == 1
+    assert "0 recap or story page message(s) that held them" in said  # never "deleted" while it is still up
+    assert "1 more recap or story page message(s) will be deleted on a later try" in said
 
 
 async def test_a_recap_asked_for_again_within_the_cooldown_is_refused_saying_when(double, bot_settings, tmp_path):

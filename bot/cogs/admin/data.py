@@ -40,8 +40,8 @@ class DataCommands:
             stories = await moderation.stories_of_player(session, interaction.guild_id, user.id)
             clips, copies = await moderation.purge_player(session, interaction.guild_id, user.id)
             await moderation.audit(session, interaction.guild_id, interaction.user.id, "purge", str(user.id))
-        owed = await after_deletion(self.bot, clips, copies, stories)
-        said = f"Deleted {user.mention}'s characters and turns, and " + deleted_text(len(clips), owed, copies)
+        left = await after_deletion(self.bot, clips, copies, stories)
+        said = f"Deleted {user.mention}'s characters and turns, and " + deleted_text(len(clips), left, copies)
         await fill(interaction, said, ephemeral=True)
         await cancel_sent(self.bot.queue, [job.task_id for job in in_flight if job.sent_at is not None])  # unsent: gone
 

@@ -75,9 +75,9 @@ class MyData(commands.GroupCog, group_name="mydata", group_description="What the
         self._deleted_at[user_id] = time.monotonic()
         async with self.bot.sessions() as session, session.begin():
             deleted = await privacy.delete_user(session, user_id)
-        owed = await after_deletion(self.bot, deleted.clip_keys, deleted.copies, deleted.stories)
+        left = await after_deletion(self.bot, deleted.clip_keys, deleted.copies, deleted.stories)
         said = "Deleted everything the game kept about you, and " + deleted_text(
-            len(deleted.clip_keys), owed, deleted.copies
+            len(deleted.clip_keys), left, deleted.copies
         )
         await interaction.followup.send(said, ephemeral=True)
         await cancel_sent(self.bot.queue, deleted.task_ids)
