@@ -7,14 +7,21 @@ import io
 import json
 import time
 import zipfile
+from collections.abc import Iterator
 
+import pytest
 import redis
 from sqlalchemy import delete, func, select, update
 
+from bot.clip_store import ClipStore
 from db.models import Ban, Character, Job, JobStatus, Player, Turn
-from tests.bot.conftest import game_in, idle_settings, read_db, running_bot
+from db.queries import game_id
+from tests.bot.conftest import idle_settings, read_db, running_bot
 from tests.bot.helpers import accepted, clip_path, db_session, private_text, seed_turn
+from tests.bot.test_fleet import database_at
+from tests.db.test_privacy import holding
 from tests.discord_double import member
+from tests.s3_server import S3Server
 
 ALICE, BOB, MOD = member("alice"), member("bob"), member("mod", manage_guild=True)
 
@@ -101,30 +108,46 @@ async def queued(client: redis.Redis, queue: str, count: int, timeout: float = 3
         await asyncio.sleep(0.1)
 
 
-async def test_delete_takes_a_turn_still_queued_out_of_redis_and_leaves_nothing_of_the_player(
-    double, tmp_path, redis_url, migrated_game
+@pytest.fixture
+def postgres_game() -> Iterator[str]:
+    with database_at("head") as url:
+        yield url
+
+
+@pytest.mark.slow
+async def test_delete_leaves_no_row_object_or_queued_turn_of_the_player_in_postgresql_seaweedfs_or_redis(
+    double, tmp_path, redis_url, postgres_game
 ):
-    """Counted where each thing lives: rows in the database, the clip in the store, the message in Redis."""
-    settings = idle_settings(
-        tmp_path,
-        database_url=f"sqlite+aiosqlite:///{game_in(tmp_path, migrated_game)}",
-        broker_url=redis_url,
-        result_backend=redis_url,
-    )
-    queue = redis.Redis.from_url(redis_url)
-    async with running_bot(double, settings):
-        job_id = await played(double, settings)  # a finished turn with its clip, for the store's count
-        async with db_session(settings) as session:  # that turn is history, and she is let play again
-            await session.execute(update(Job).where(Job.id == job_id).values(status=JobStatus.DONE))
-            await session.execute(delete(Ban))
-        await accepted(await double.slash("act", {"motion": "wave", "background": "town"}, user=ALICE))
-        await queued(queue, settings.queue, 1)
-        ask = await double.slash("mydata delete", user=ALICE)
-        buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
-        confirm = next(b for b in buttons if b["label"] == "Delete everything")
-        await (await double.button(ask.original, confirm["custom_id"], user=ALICE)).response()
-        await ask.followups(timeout=30)
-        await queued(queue, settings.queue, 0)
-    assert await rows_of(settings, ALICE.id) == 0
-    assert not clip_path(settings, double.guild.id, job_id).exists()
-    assert await rows_of(settings, BOB.id) == 2
+    """Counted where each thing lives: every user-id column in PostgreSQL, her objects in SeaweedFS, her queued turn
+    in Redis; Bob's stay."""
+    s3 = S3Server(tmp_path / "seaweedfs")
+    s3.start()
+    try:
+        base = idle_settings(tmp_path, database_url=postgres_game, broker_url=redis_url, result_backend=redis_url)
+        settings = s3.settings(base, "mydata")
+        queue = redis.Redis.from_url(redis_url)
+        async with running_bot(double, settings):
+            job_id = await played(double, settings)  # a finished turn with its clip, for the store's count
+            async with db_session(settings) as session:  # that turn is history, and she is let play again
+                await session.execute(update(Job).where(Job.id == job_id).values(status=JobStatus.DONE))
+                await session.execute(delete(Ban))
+            await accepted(await double.slash("act", {"motion": "wave", "background": "town"}, user=ALICE))
+            await queued(queue, settings.queue, 1)
+            store = ClipStore.of(settings)
+            async with db_session(settings) as session:
+                store.game = await game_id(session)
+            assert len(store.keys(f"{store.game}/")) == 2  # hers and Bob's
+            ask = await double.slash("mydata delete", user=ALICE)
+            buttons = [c for row in (await ask.response()).json["data"]["components"] for c in row["components"]]
+            confirm = next(b for b in buttons if b["label"] == "Delete everything")
+            await (await double.button(ask.original, confirm["custom_id"], user=ALICE)).response()
+            await ask.followups(timeout=30)
+            await queued(queue, settings.queue, 0)
+            objects = store.keys(f"{store.game}/")
+        async with db_session(settings) as session:
+            hers, his = await holding(session, ALICE.id), await holding(session, BOB.id)
+    finally:
+        s3.stop()
+    assert {column: rows for column, rows in hers.items() if rows} == {}
+    assert objects == [store.key(double.guild.id, job_id + 1)]  # Bob's clip alone
+    assert his[("players", "user_id")] == 1 and his[("jobs", "user_id")] == 1
