@@ -255,9 +255,9 @@ async def test_a_removal_and_a_purge_while_the_store_is_down_delete_their_clips_
     tmp_path: Path, double
 ) -> None:
     """SeaweedFS is killed; an admin removes one turn's clip, purges another player and ends a story with a kept
-    recap: each answer says the stored clip is still to go, the deletions are recorded, and once the store is back both objects are gone and nothing
-    is owed (each bot process's retention loop retries what is owed). Before, S3Store.delete logged the outage
-    after the keys were cleared, and the objects stayed in the bucket for good."""
+    recap: each answer says the stored clip is still to go, the deletions are recorded, and once the store is back
+    every object is gone and nothing is owed (each bot process's retention loop retries what is owed). Before,
+    S3Store.delete logged the outage after the keys were cleared, and the objects stayed in the bucket for good."""
     own = S3Server(tmp_path / "seaweedfs")
     own.start()
     try:
