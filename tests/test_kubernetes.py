@@ -4,14 +4,16 @@ piece holding what compose.yaml gives it and no more. The compose twin of these 
 
 from __future__ import annotations
 
+import atexit
 import base64
 import re
 import shutil
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import jsonschema
 import pytest
@@ -30,17 +32,40 @@ APPLIED = ["base", *sorted(f"overlays/{p.parent.name}" for p in KUBERNETES.glob(
 KUBERNETES_VERSION = "1.30"
 KEDA_API = "keda.sh/v1alpha1"
 TRIAL = "overlays/trial"
+# The trial with TLS and a Redis user per role: its Secrets hold certificates the operator makes (never committed), so
+# it is rendered from a copy of deploy/kubernetes with them made there, by the operator's own command.
+TRIAL_TLS = "overlays/trial-tls"
+MAKE_CERTIFICATES = REPO / "deploy" / "tls" / "make-certificates.sh"
 PRODUCTION = ("base", "overlays/production")  # no store of its own: every URL names a managed service
 
 Manifest = dict[str, Any]
 
 
 @cache
+def with_certificates() -> Path:
+    """A copy of deploy/kubernetes with trial-tls's certificates made as its kustomization says (removed at exit)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl on this machine: trial-tls's certificates are made with it")
+    copy = Path(tempfile.mkdtemp(prefix="agtest-kubernetes-")) / "kubernetes"
+    atexit.register(shutil.rmtree, copy.parent, True)
+    shutil.copytree(KUBERNETES, copy, ignore=shutil.ignore_patterns("certificates"))
+    made = subprocess.run(
+        ["sh", str(MAKE_CERTIFICATES), str(copy / TRIAL_TLS / "certificates")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    return copy
+
+
+@cache
 def rendered(kustomization: str) -> tuple[Manifest, ...]:
     if shutil.which("kubectl") is None:
         pytest.skip("no kubectl on this machine: the manifests are rendered with `kubectl kustomize`")
+    root = with_certificates() if kustomization == TRIAL_TLS else KUBERNETES
     done = subprocess.run(
-        ["kubectl", "kustomize", str(KUBERNETES / kustomization)], capture_output=True, text=True, timeout=60
+        ["kubectl", "kustomize", str(root / kustomization)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
@@ -179,7 +204,13 @@ def test_a_worker_holds_no_secret_it_does_not_use(kustomization: str) -> None:
     for worker in workloads(docs, "worker"):
         pod = worker["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False, "no Kubernetes API token on a GPU node"
-        assert not [v for v in pod.get("volumes", []) if "secret" in v or "projected" in v]
+        assert not [v for v in pod.get("volumes", []) if "projected" in v]
+        for volume in [v for v in pod.get("volumes", []) if "secret" in v]:
+            # Its own client certificate and the CA (components/tls), nothing else.
+            name = volume["secret"]["secretName"]
+            assert name.startswith("animegamer-worker-tls"), name
+            if (secret := find(docs, "Secret", name)) is not None:
+                assert set(secret_data(secret)) == {"ca.pem", "client.pem", "client.key"}
         for container in pod["containers"]:
             held = set(environment(docs, container))
             assert not held & (NOT_FOR_WORKERS | {"KEDA_POSTGRES_CONNECTION"}), container["name"]
@@ -359,9 +390,14 @@ def test_production_names_a_registry_image_for_every_container() -> None:
             assert "/" in container["image"] and ":" in container["image"], container["image"]
 
 
-def test_the_trials_secrets_hold_only_made_up_values() -> None:
-    for secret in [d for d in rendered(TRIAL) if d["kind"] == "Secret"]:
+@pytest.mark.parametrize("kustomization", [TRIAL, TRIAL_TLS])
+def test_the_trials_secrets_hold_only_made_up_values(kustomization: str) -> None:
+    """Or, with TLS, the certificates and keys the operator made (files named as make-certificates.sh names them)."""
+    for secret in [d for d in rendered(kustomization) if d["kind"] == "Secret"]:
         for key, value in secret_data(secret).items():
+            if key.endswith((".pem", ".key", ".conf")):
+                assert secret["metadata"]["name"].startswith(("animegamer-", "postgres", "redis")), key
+                continue
             assert key.endswith("ACCESS_KEY_ID") or re.search(r"trial-only|placeholder", value), key
 
 
@@ -393,6 +429,112 @@ def test_every_secret_key_a_pod_reads_is_in_its_secrets_example_file(kustomizati
     for name in ("animegamer-bot", "animegamer-worker"):
         if (secret := find(docs, "Secret", name)) is not None:
             assert set(secret_data(secret)) == example_keys(name), "the trial's keys are the examples'"
+
+
+def tls_mounts(docs: tuple[Manifest, ...], pod: Manifest, container: Manifest) -> dict[str, dict[str, str]]:
+    """Each folder the container mounts from a Secret, and that Secret's files."""
+    volumes = {v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+    return {
+        mount["mountPath"]: secret_data(find(docs, "Secret", volumes[mount["name"]]))
+        for mount in container.get("volumeMounts", [])
+        if mount["name"] in volumes
+    }
+
+
+def test_the_tls_trials_redis_speaks_only_tls_and_knows_only_the_games_users() -> None:
+    from relay.redis_acl import HEALTH, PASSWORDS
+
+    docs = rendered(TRIAL_TLS)
+    redis = find(docs, "Deployment", "redis")["spec"]["template"]["spec"]
+    (server,) = redis["containers"]
+    command = " ".join(server["command"])
+    for option in ("--port 0 ", "--tls-port 6379", "--tls-auth-clients yes", "--appendonly yes", "noeviction"):
+        assert option in command, option
+    assert "requirepass" not in command and "REDIS_PASSWORD" not in {v["name"] for v in server["env"]}
+    assert {v["name"] for v in server["env"]} >= {"REDISCLI_AUTH"}  # the probes' user's password
+    mounts = tls_mounts(docs, redis, server)
+    assert set(mounts["/tls"]) == {"ca.pem", "server.pem", "server.key"}
+    for option in (
+        "--tls-cert-file /tls/server.pem",
+        "--tls-key-file /tls/server.key",
+        "--tls-ca-cert-file /tls/ca.pem",
+    ):
+        assert option in command, option
+    # The ACL file: written at each start by the code that defines the users, from the stores' passwords.
+    aclfile = Path(server["command"][server["command"].index("--aclfile") + 1])
+    (users,) = redis["initContainers"]
+    assert {c["image"] for c in containers(docs, "bot")} == {users["image"]}, "the code that defines the users"
+    assert f"python -m relay.redis_acl > {aclfile}" in users["command"][-1]
+    written = {m["name"] for m in users["volumeMounts"] if m["mountPath"] == str(aclfile.parent)}
+    read = {m["name"] for m in server["volumeMounts"] if m["mountPath"] == str(aclfile.parent) and m["readOnly"]}
+    (memory,) = [v for v in redis["volumes"] if v["name"] in read]
+    assert written == read and memory["emptyDir"]["medium"] == "Memory", "the file is Redis's alone, never on a disk"
+    given = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in users["env"] if "secretKeyRef" in v["valueFrom"]}
+    assert set(given) == set(PASSWORDS.values())
+    stores = secret_data(find(docs, "Secret", "animegamer-stores"))
+    assert all(ref["name"] == "animegamer-stores" and ref["key"] in stores for ref in given.values())
+    for probe in (server["livenessProbe"], server["readinessProbe"]):
+        assert "redis-cli --tls --cacert /tls/ca.pem" in probe["exec"]["command"][-1]
+        assert f"--user {HEALTH} ping" in probe["exec"]["command"][-1]
+
+
+@pytest.mark.parametrize(("component", "user"), [("bot", "animegamer-bot"), ("worker", "animegamer-worker")])
+def test_the_tls_trials_bot_and_workers_sign_in_as_their_own_users_and_verify_the_ca(component: str, user: str) -> None:
+    """The URLs as the program reads them: rediss://, the role's own user and password, the certificate verified
+    against the CA mounted from the role's own Secret, and the role's client certificate shown."""
+    docs = rendered(TRIAL_TLS)
+    stores = secret_data(find(docs, "Secret", "animegamer-stores"))
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    secret = secret_data(find(docs, "Secret", f"animegamer-{component}"))
+    for workload in workloads(docs, component):
+        pod = workload["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            env = environment(docs, container)
+            ((folder, files),) = tls_mounts(docs, pod, container).items()
+            assert set(files) == {"ca.pem", "client.pem", "client.key"}
+            tls = {field: env[variable_of(field)] for field in ("redis_ca_file", "redis_cert_file", "redis_key_file")}
+            assert tls == {
+                "redis_ca_file": f"{folder}/ca.pem",
+                "redis_cert_file": f"{folder}/client.pem",
+                "redis_key_file": f"{folder}/client.key",
+            }
+            settings = Settings(
+                _env_file=None,
+                broker_url=secret["ANIMEGAMER_BROKER_URL"],
+                result_backend=secret["ANIMEGAMER_RESULT_BACKEND"],
+                **tls,
+            )
+            for url in (settings.broker_url, settings.result_backend):
+                parts = urlsplit(url)
+                assert parts.scheme == "rediss" and parts.hostname in services
+                assert unquote(parts.username) == user
+                assert unquote(parts.password) == stores[f"REDIS_{component.upper()}_PASSWORD"]
+                query = dict(parse_qsl(parts.query))
+                assert query["ssl_cert_reqs"] == "required" and query["ssl_ca_certs"] == tls["redis_ca_file"]
+    assert stores["REDIS_BOT_PASSWORD"] != stores["REDIS_WORKER_PASSWORD"]
+
+
+def test_the_tls_trials_database_takes_only_tls_and_the_bot_and_the_migration_verify_it() -> None:
+    docs = rendered(TRIAL_TLS)
+    postgres = find(docs, "Deployment", "postgres")["spec"]["template"]["spec"]
+    (server,) = postgres["containers"]
+    args = " ".join(server["args"])
+    assert "ssl=on" in args and "hba_file=/tls/pg_hba.conf" in args
+    files = tls_mounts(docs, postgres, server)["/tls"]
+    assert set(files) == {"server.pem", "server.key", "pg_hba.conf"}
+    rules = [line.split() for line in files["pg_hba.conf"].splitlines() if line.strip() and not line.startswith("#")]
+    assert {rule[0] for rule in rules} == {"local", "hostssl"}, "over the network, TLS alone"
+    url = secret_data(find(docs, "Secret", "animegamer-bot"))["ANIMEGAMER_DATABASE_URL"]
+    query = dict(parse_qsl(urlsplit(url).query))
+    assert query["sslmode"] == "verify-full"
+    for component in ("bot", "migrate"):
+        for workload in workloads(docs, component):
+            pod = workload["spec"]["template"]["spec"]
+            for container in pod["containers"]:
+                ca = Path(query["sslrootcert"])
+                assert "ca.pem" in tls_mounts(docs, pod, container)[str(ca.parent)], component
+    keda = secret_data(find(docs, "Secret", "animegamer-bot"))["KEDA_POSTGRES_CONNECTION"]
+    assert dict(parse_qsl(urlsplit(keda).query))["sslmode"] == "require", "PostgreSQL refuses it in plain text now"
 
 
 # Where a setting the program reads reaches no pod, and why (tests/test_deploy.py says the same for compose).
