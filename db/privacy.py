@@ -79,6 +79,14 @@ async def delete_user(session: AsyncSession, user_id: int, *, whole: bool = Fals
             select(Job.task_id).where(Job.user_id == user_id, status_in(*IN_FLIGHT), Job.sent_at.is_not(None))
         )
     ]
+    # What the audit log says of their turns (a removed clip's instruction, why a clip was withheld) is their words:
+    # the record of what was done stays, against abuse, without them.
+    jobs = [
+        f"job {job_id}" for job_id in (await session.execute(select(Job.id).where(Job.user_id == user_id))).scalars()
+    ]
+    if jobs:
+        said = update(AuditLog).where(AuditLog.target.in_(jobs), AuditLog.details.is_not(None)).values(details=None)
+        done.rows += (await session.execute(said)).rowcount or 0
     guilds = (await session.execute(select(Player.guild_id).where(Player.user_id == user_id))).scalars().all()
     for guild_id in guilds:
         done.stories += await moderation.stories_of_player(session, guild_id, user_id)

@@ -110,6 +110,22 @@ async def test_a_users_own_deletion_leaves_only_what_a_server_needs_against_abus
     assert bob_after == bob_before  # nothing of anyone else's goes
 
 
+async def test_the_audit_log_keeps_what_was_done_to_a_deleted_users_turns_but_not_their_words(sessions) -> None:
+    async with sessions() as session, session.begin():
+        await seed(session, ALICE, BOB)
+        jobs = Base.metadata.tables["jobs"].c
+        mine = (await session.execute(select(jobs.id).where(jobs.user_id == ALICE).limit(1))).scalar_one()
+        theirs = (await session.execute(select(jobs.id).where(jobs.user_id == BOB).limit(1))).scalar_one()
+        for job_id in (mine, theirs):
+            await audit(session, GUILDS[0], 0, "clip removed", f"job {job_id}", "1 open report(s); a secret wave")
+    async with sessions() as session, session.begin():
+        await delete_user(session, ALICE)
+    log = Base.metadata.tables["audit_log"].c
+    async with sessions() as session:
+        rows = dict((await session.execute(select(log.target, log.details).where(log.action == "clip removed"))).all())
+    assert rows == {f"job {mine}": None, f"job {theirs}": "1 open report(s); a secret wave"}
+
+
 async def test_discords_deletion_of_an_account_leaves_nothing_of_it(sessions) -> None:
     async with sessions() as session, session.begin():
         await seed(session, ALICE, BOB)
