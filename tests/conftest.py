@@ -15,7 +15,7 @@ from tests import tiers
 from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 from tests.scrape import free_port
-from tests.workers import Worker, redis_url_or_skip, start_worker, worker_env
+from tests.workers import SHARED_STEPS, Worker, redis_url_or_skip, start_worker, worker_env
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -67,7 +67,7 @@ pytest_timeout.dump_stacks = _with_asyncio_tasks(pytest_timeout.dump_stacks)
 def sqlite_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     # Its metrics endpoint too, on a port of its own (tests/worker/test_metrics.py scrapes it).
     metrics = {"ANIMEGAMER_WORKER_METRICS_PORT": str(free_port()), "ANIMEGAMER_METRICS_ADDRESS": "127.0.0.1"}
-    worker = start_worker(worker_env(tmp_path_factory.mktemp("sqlite-worker"), **metrics))
+    worker = start_worker(worker_env(tmp_path_factory.mktemp("sqlite-worker"), **metrics, **SHARED_STEPS))
     yield worker
     worker.kill(signal.SIGTERM)
 
@@ -81,7 +81,7 @@ def redis_url() -> str:
 @pytest.fixture(scope="session")
 def redis_worker(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Worker]:
     metrics = {"ANIMEGAMER_WORKER_METRICS_PORT": str(free_port()), "ANIMEGAMER_METRICS_ADDRESS": "127.0.0.1"}
-    worker = start_worker(worker_env(tmp_path_factory.mktemp("redis-worker"), redis_url, **metrics))
+    worker = start_worker(worker_env(tmp_path_factory.mktemp("redis-worker"), redis_url, **metrics, **SHARED_STEPS))
     yield worker
     worker.kill(signal.SIGTERM)
 

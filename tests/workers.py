@@ -31,6 +31,10 @@ from tests import tiers
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 WORKER_START_SECONDS = 120
+# The shared workers' turns are plain ones, made for the game around them: four denoising steps, not the tiny model's
+# 50, which were 0.35 s of CPU a turn over some 200 turns of the suite. (A test about a turn's own steps starts a
+# worker of its own.)
+SHARED_STEPS = {"ANIMEGAMER_NUM_STEPS": "4"}
 
 
 def redis_url_or_skip() -> str:

@@ -28,7 +28,7 @@ from db.queries import GAME_ID
 from relay.celery_app import make_celery
 from relay.settings import Settings
 from tests.discord_double import DiscordDouble
-from tests.workers import Worker, machine, settings_for, start_worker, worker_env
+from tests.workers import SHARED_STEPS, Worker, machine, settings_for, start_worker, worker_env
 
 QUICK = {"delivery_poll_seconds": 0.1, "progress_edit_seconds": 1.0}  # a bot that moves jobs every 0.1 s
 
@@ -122,6 +122,6 @@ def fleet_worker(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> It
     """One plain worker for a file's fleet tests, in a folder of its own on the shared Redis: a worker's start is
     about 7 s of CPU (torch, transformers and diffusers imported), and each test's bots send to its queue."""
     gpu = tmp_path_factory.mktemp("gpu-machine")
-    worker = start_worker({**worker_env(gpu / "data", redis_url), **machine(gpu)}, cwd=gpu)
+    worker = start_worker({**worker_env(gpu / "data", redis_url, **SHARED_STEPS), **machine(gpu)}, cwd=gpu)
     yield worker
     worker.kill()

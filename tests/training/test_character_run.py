@@ -3,7 +3,9 @@ layout beside a tiny published tree, at the tiny sizes on this CPU (tiny random 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import signal
@@ -47,23 +49,32 @@ def tree_files(root: Path, name: str) -> dict[str, str]:
     return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
-def test_the_character_is_written_beside_the_published_one_and_checked(data: Path, tmp_path: Path, capsys) -> None:
-    tree = write_tiny_release(tmp_path / "tree", ("Qiqi",))
-    assert main(command(data, tree.root, tmp_path / "run")) == 0
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def finished(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """One finished run, for the tests that read it: the tree it wrote into, its run folder, what it printed."""
+    folder = tmp_path_factory.mktemp("finished")
+    tree = write_tiny_release(folder / "tree", ("Qiqi",))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(command(data, tree.root, folder / "run")) == 0
+    return tree.root, folder / "run", printed.getvalue()
+
+
+def test_the_character_is_written_beside_the_published_one_and_checked(finished: tuple[Path, Path, str]) -> None:
+    root, _, out = finished
     assert "phase (a): step 6" in out and "phase (b): step 6" in out and "phase (c): step 4" in out
-    assert main(["checkpoints", "check", str(tree.root), "--character", "Qiqi", "--character", NAME]) == 0
-    assert (CheckpointLayout(tree.root, NAME).decoder_dir / "latest").read_text() == "4"
+    assert main(["checkpoints", "check", str(root), "--character", "Qiqi", "--character", NAME]) == 0
+    assert (CheckpointLayout(root, NAME).decoder_dir / "latest").read_text() == "4"
 
 
-def test_a_rerun_of_a_finished_run_trains_nothing_and_writes_the_same_files(data: Path, tmp_path: Path, capsys) -> None:
-    tree = write_tiny_release(tmp_path / "tree", ("Qiqi",))
-    assert main(command(data, tree.root, tmp_path / "run")) == 0
-    first = tree_files(tree.root, NAME)
-    capsys.readouterr()
-    assert main(command(data, tree.root, tmp_path / "run")) == 0
+def test_a_rerun_of_a_finished_run_trains_nothing_and_writes_the_same_files(
+    data: Path, finished: tuple[Path, Path, str], capsys
+) -> None:
+    root, run, _ = finished
+    first = tree_files(root, NAME)
+    assert main(command(data, root, run)) == 0
     assert capsys.readouterr().out.count("(already finished)") == 3
-    assert tree_files(tree.root, NAME) == first
+    assert tree_files(root, NAME) == first
 
 
 def test_a_name_taken_in_the_tree_is_refused_before_any_work(data: Path, tmp_path: Path, capsys) -> None:
