@@ -148,7 +148,7 @@ def nudity_detector(settings: Settings) -> Result:
 
 def clip_store(settings: Settings) -> Result:
     """Where the bot keeps clips: one object written, read back and deleted, as a posted turn would."""
-    from bot.clip_store import ClipStore
+    from bot.clip_store import ClipStore, StoreCertificateRefused
 
     store = ClipStore.of(settings)
     probe, key = os.urandom(16), f".check-{os.getpid()}"
@@ -161,7 +161,7 @@ def clip_store(settings: Settings) -> Result:
         fix = "create the bucket, or fix AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         if not settings.clip_store:
             fix = "make the clip folder writable by this user (ANIMEGAMER_CLIP_DIR)"
-        elif "was refused: " in str(exc):
+        elif isinstance(exc, StoreCertificateRefused):
             fix = "set AWS_CA_BUNDLE to the CA that signed the store's certificate, or renew it"
         return Result("clip store", "fail", f"cannot write and read {store.where} ({exc})", fix)
     if back != probe:

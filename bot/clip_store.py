@@ -105,6 +105,11 @@ class StoreUnavailable(OSError):
     again, never lost and never posted without its clip. The message names the store, never a secret."""
 
 
+class StoreCertificateRefused(StoreUnavailable):
+    """The store answers over TLS with a certificate this process does not trust (another CA, expired): what to fix
+    is the CA bundle or the certificate, not the store's address."""
+
+
 FLEET_MARKS = ".fleet"  # where each bot process of a game leaves its mark in a clip folder
 
 
@@ -277,7 +282,7 @@ class S3Store(ClipStore):
         except (BotoCoreError, OSError) as exc:
             self._failed(what)
             if (problem := certificate_problem(exc)) is not None:  # it answers, with a certificate not trusted
-                raise StoreUnavailable(f"{what} {key} in {self.where} was refused: {problem.said}") from None
+                raise StoreCertificateRefused(f"{what} {key} in {self.where} was refused: {problem.said}") from None
             raise StoreUnavailable(f"{what} {key} in {self.where} failed: {type(exc).__name__}") from None
 
     def ready(self) -> None:
