@@ -4,6 +4,7 @@ still ends with its own clip, posted once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 
@@ -55,6 +56,47 @@ async def test_a_result_written_for_another_players_turn_is_rejected_and_the_tur
     assert rows[0][0] == JobStatus.DONE and len(clips) == 1  # Bob's turn posted once
     assert clips[0] != FORGED_MP4  # with the clip his worker made, not the one the rogue wrote
     assert rejected >= 1
+
+
+async def test_a_result_forged_over_a_finished_turns_own_is_rejected_and_the_turn_is_made_again(double, tmp_path):
+    """The worker's own result is stored while no bot runs, and the rogue writes over it: the bot that starts reads
+    only the forged one, drops it, finds the worker's claim ended with no result, and the turn is made again and
+    posted once with a clip of its worker's."""
+    worker = faulty_worker(tmp_path, "redis")
+    settings = settings_beside(worker, tmp_path)
+    rogue = redis.Redis.from_url(worker.env["ANIMEGAMER_RESULT_BACKEND"])
+    try:
+        async with running_bot(double, settings, worker):
+            await start(double, BOB)
+            await accepted(await double.slash("act", SLOW, user=BOB))
+            ((job_id, bob_task, _),) = await wait_for_db(
+                settings,
+                select(Job.id, Job.task_id, Job.status),
+                lambda rows: rows and rows[0][2] == JobStatus.RUNNING,
+                60,
+            )
+        key = f"celery-task-meta-{bob_task}"
+        for _ in range(600):  # the worker finishes the turn with no bot to take it
+            stored = rogue.get(key)
+            if stored is not None and json.loads(stored)["status"] == "SUCCESS":
+                break
+            await asyncio.sleep(0.1)
+        assert json.loads(stored)["result"]["proof"], stored
+        forged = {**json.loads(stored), "result": forged_result(job_id)}
+        rogue.set(key, json.dumps(forged))
+        async with running_bot(double, settings, worker) as bot:
+            rows = await wait_for_db(
+                settings,
+                select(Job.status, Job.result_message_id, Job.attempts),
+                lambda rows: rows[0][1] is not None,
+                180,
+            )
+            rejected = bot.metrics.results_rejected._value.get()
+    finally:
+        worker.kill(signal.SIGKILL)
+    clips = [f.data for call in clip_posts(double) for f in call.files if f.filename.endswith(".mp4")]
+    assert rows[0][0] == JobStatus.DONE and rows[0][2] == 2 and len(clips) == 1  # made again, posted once
+    assert clips[0] != FORGED_MP4 and rejected == 1
 
 
 FORGED_MP4 = encode_mp4(np.full((17, 64, 96, 3), 200, np.uint8), fps=8)
