@@ -76,6 +76,18 @@ async def slow_turn_running(double: DiscordDouble, settings: Settings) -> None:
     await wait_for_db(settings, select(Job.status), lambda rows: rows[0][0] == JobStatus.RUNNING, timeout=60)
 
 
+def standby(env: dict[str, str], module: str = "animegamer") -> asyncio.Future[Worker]:
+    """A second worker on the same queue, started once the first holds the turn (one at a time, acknowledged late),
+    so it takes only what is handed back; it starts while the test causes its fault and the claim lapses."""
+    return asyncio.ensure_future(asyncio.to_thread(start_worker, env, module))
+
+
+async def stop_standby(second: asyncio.Future[Worker] | None) -> None:
+    if second is not None:
+        with contextlib.suppress(BaseException):
+            (await second).kill()
+
+
 def faulty_worker(tmp_path: Path, broker: str, **env: str) -> Worker:
     """A worker of the test's own whose pipeline hangs or dawdles on request (``tests.faulty_worker``)."""
     url = redis_url_or_skip() if broker == "redis" else None
@@ -235,16 +247,16 @@ async def test_a_killed_workers_turn_is_handed_back_and_made_once(broker, double
     try:
         async with running_bot(double, settings, first):
             await slow_turn_running(double, settings)
+            second = standby(first.env)  # a plain worker: the turn at full speed once it is handed back
             first.kill(signal.SIGKILL)  # the whole worker, mid-turn
-            second = await asyncio.to_thread(start_worker, first.env)  # a plain worker: the turn at full speed
+            await second
             rows = await wait_for_db(
                 settings, select(Job.status, Job.result_message_id, Job.attempts), lambda r: r[0][1], timeout=240
             )
             await asyncio.sleep(1.0)
     finally:
         first.kill()
-        if second is not None:
-            second.kill()
+        await stop_standby(second)
     ((status, _, attempts),) = rows
     assert status == JobStatus.DONE and attempts == 2 and len(clip_posts(double)) == 1
 
@@ -258,19 +270,19 @@ async def test_sigterm_to_a_worker_mid_turn_ends_it_cleanly_and_the_turn_is_post
     try:
         async with running_bot(double, settings, first):
             await slow_turn_running(double, settings)
+            second = standby(first.env)  # takes the turn if it is handed back
             if to == "main":
                 first.proc.send_signal(signal.SIGTERM)
             else:
                 signal_all(first, signal.SIGTERM)
             status = await asyncio.to_thread(first.proc.wait, 120)
-            second = await asyncio.to_thread(start_worker, first.env)  # takes the turn if it was handed back
+            await second
             posted = select(Job.status, Job.result_message_id)
             rows = await wait_for_db(settings, posted, lambda r: r[0][1], timeout=240)
             await asyncio.sleep(1.0)  # a few more ticks: nothing is posted twice
     finally:
         first.kill()
-        if second is not None:
-            second.kill()
+        await stop_standby(second)
     assert status == 0, first.log.read_text(errors="replace")[-3000:]
     assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
 
@@ -290,8 +302,9 @@ async def test_a_worker_frozen_past_its_lease_stops_the_turn_another_took_and_it
     try:
         async with running_bot(double, settings, first):
             await slow_turn_running(double, settings)
+            second = standby(first.env, "tests.faulty_worker")
             signal_all(first, signal.SIGSTOP)  # frozen mid-turn: its lease lapses, the bot hands the turn back
-            second = await asyncio.to_thread(start_worker, first.env, "tests.faulty_worker")
+            await second
             await wait_for_db(settings, select(Job.attempts, Job.status), lambda r: r[0] == (2, JobStatus.RUNNING))
             signal_all(first, signal.SIGCONT)  # awake while the second computes the same turn
             posted = select(Job.status, Job.result_message_id)
@@ -304,8 +317,7 @@ async def test_a_worker_frozen_past_its_lease_stops_the_turn_another_took_and_it
     finally:
         signal_all(first, signal.SIGCONT)
         first.kill()
-        if second is not None:
-            second.kill()
+        await stop_standby(second)
     assert rows[0][0] == JobStatus.DONE and len(clip_posts(double)) == 1
     assert first.said(" done in ") == 0  # it stopped computing the turn it no longer held
 

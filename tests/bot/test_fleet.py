@@ -27,7 +27,7 @@ from tests.crowd import CLIP, BotProcess, bot_argv, burst, crowd, discord_env, l
 from tests.db.conftest import POSTGRES_URL, Postgres
 from tests.discord_double import DiscordDouble, Guild, shard_for
 from tests.s3_server import S3Server
-from tests.workers import Worker, machine, start_worker, worker_env
+from tests.workers import REPO, Worker, machine, start_worker, worker_env
 
 pytestmark = pytest.mark.slow  # two bot processes, a worker, PostgreSQL and Redis
 
@@ -112,8 +112,6 @@ async def fleet(
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
     own_store = store is None
     store = store or S3Server(tmp_path / "seaweedfs")
-    if own_store:
-        store.start()
 
     def shifted(name: str) -> dict[str, str]:  # preloaded into that process alone, which the test then stops
         if not clocks or name not in clocks:
@@ -121,19 +119,23 @@ async def fleet(
         return {"LD_PRELOAD": str(faketime), "FAKETIME": clocks[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
     own_worker = worker is None
-    if worker is None:
-        gpu = tmp_path / "gpu-machine"
-        env_of_worker = {
-            **worker_env(gpu / "data", redis_url, **(faulty_worker or {})),
-            **machine(gpu),
-            **shifted("worker"),
-        }
-        if faulty_worker is None:
-            worker = start_worker(env_of_worker, cwd=gpu)
-        else:  # run from the repository, where its module is
-            worker = start_worker(env_of_worker, "tests.faulty_worker")
+    gpu = tmp_path / "gpu-machine"
+    env_of_worker = {**worker_env(gpu / "data", redis_url, **(faulty_worker or {})), **machine(gpu)}
+    env_of_worker.update(shifted("worker"))
+    # The faulty worker runs from the repository, where its module is.
+    module, cwd = ("animegamer", gpu) if faulty_worker is None else ("tests.faulty_worker", REPO)
     bots: list[BotProcess] = []
     try:
+        # The store and the worker start together: each is seconds of waiting on a process of its own.
+        outcomes = await asyncio.gather(
+            asyncio.to_thread(store.start) if own_store else asyncio.sleep(0),
+            asyncio.to_thread(start_worker, env_of_worker, module, cwd) if own_worker else asyncio.sleep(0, worker),
+            return_exceptions=True,
+        )
+        worker = outcomes[1] if isinstance(outcomes[1], Worker) else None
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         async with DiscordDouble(guilds, strict=True) as double:
             env = {
                 **{
@@ -169,7 +171,7 @@ async def fleet(
     finally:
         for bot in bots:
             bot.stop()
-        if own_worker:
+        if own_worker and worker is not None:
             worker.kill()
         if own_store:
             store.stop()
