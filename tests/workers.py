@@ -98,14 +98,20 @@ def machine(folder: Path) -> dict[str, str]:
 
 
 def settings_for(env: dict[str, str]) -> Settings:
-    """The settings a process started with ``env`` reads (lists arrive as JSON, as in the environment)."""
+    """The settings a process started with ``env`` reads (lists arrive as JSON, as in the environment). A setting
+    with environment names of its own (``ANIMEGAMER_CLAIM_SECONDS``, which ``ANIMEGAMER_LEASE_SECONDS`` was) is passed
+    by that name: pydantic ignores its field name, so a worker's claim of 3 s reached the test's bot as the default
+    30 s."""
 
     def value(text: str) -> object:
         return json.loads(text) if text.startswith("[") else text
 
-    return Settings(
-        **{k.removeprefix("ANIMEGAMER_").lower(): value(v) for k, v in env.items() if k.startswith("ANIMEGAMER_")}
-    )
+    def name(key: str) -> str:
+        short = key.removeprefix("ANIMEGAMER_").lower()
+        field = Settings.model_fields.get(short)
+        return key if field is not None and field.validation_alias is not None else short
+
+    return Settings(**{name(k): value(v) for k, v in env.items() if k.startswith("ANIMEGAMER_")})
 
 
 def start_worker(
