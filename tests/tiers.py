@@ -57,31 +57,32 @@ def starting(what: str) -> None:
 # 470 s in one file started a third of the way in and the slow tier waited for it alone at the end. Re-measured
 # from a ci-local run's reports (out/tiers/*.xml) when a file grows.
 LONGEST_FIRST = (
-    "tests/bot/test_faults.py",  # 333 s
-    "tests/bot/test_fleet.py",  # 194 s
-    "tests/bot/test_fleet_takeover.py",  # 178 s
-    "tests/bot/test_redis_outage.py",  # 162 s
-    "tests/training/test_character_run.py",  # 156 s
-    "tests/worker/test_queue.py",  # 80 s
+    "tests/bot/test_faults.py",  # 250 s
+    "tests/bot/test_fleet_takeover.py",  # 155 s
+    "tests/training/test_character_run.py",  # 147 s
+    "tests/bot/test_fleet_shared.py",  # 119 s
+    "tests/bot/test_fleet.py",  # 95 s
     "tests/bot/test_fleet_pauses.py",  # 78 s
-    "tests/worker/test_metrics.py",  # 68 s
-    "tests/pipeline/test_benchmark_scripts.py",  # 57 s
-    "tests/bot/test_fleet_shared.py",  # 57 s
-    "tests/bot/test_recaps.py",  # 56 s
-    "tests/cli/test_demo.py",  # 53 s
-    "tests/bot/test_workers_anywhere.py",  # 49 s
-    "tests/training/test_phase_b.py",  # 49 s
-    "tests/bot/test_load.py",  # 48 s
-    "tests/bot/test_story.py",  # 44 s
-    "tests/bot/test_admin.py",  # 44 s
-    "tests/worker/test_safety.py",  # 42 s
-    "tests/bot/test_release_routing.py",  # 38 s
-    "tests/bot/test_metrics.py",  # 35 s
-    "tests/training/test_character_phase_b.py",  # 34 s
-    "tests/bot/test_s3_clips.py",  # 30 s
-    "tests/training/test_phase_a.py",  # 24 s
-    "tests/worker/test_payloads.py",  # 24 s
-    "tests/training/test_metrics.py",  # 24 s
+    "tests/bot/test_redis_outage.py",  # 77 s
+    "tests/worker/test_queue.py",  # 76 s
+    "tests/worker/test_metrics.py",  # 54 s
+    "tests/bot/test_rogue_results.py",  # 50 s
+    "tests/cli/test_demo.py",  # 47 s
+    "tests/bot/test_workers_anywhere.py",  # 45 s
+    "tests/pipeline/test_benchmark_scripts.py",  # 43 s
+    "tests/bot/test_load.py",  # 42 s
+    "tests/bot/test_s3_clips.py",  # 41 s
+    "tests/worker/test_safety.py",  # 39 s
+    "tests/training/test_phase_b.py",  # 35 s
+    "tests/bot/test_admin.py",  # 35 s
+    "tests/bot/test_story.py",  # 34 s
+    "tests/test_redis_acl.py",  # 31 s
+    "tests/training/test_character_phase_b.py",  # 30 s
+    "tests/worker/test_time_limits.py",  # 29 s
+    "tests/training/test_phase_a.py",  # 29 s
+    "tests/bot/test_recaps.py",  # 29 s
+    "tests/bot/test_metrics.py",  # 29 s
+    "tests/bot/test_backup_restore.py",  # 29 s
 )
 
 
