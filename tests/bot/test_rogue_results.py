@@ -26,20 +26,26 @@ pytestmark = pytest.mark.slow
 BOB = member("bob")
 
 
+async def bobs_turn_running(double, settings) -> tuple[int, str]:
+    """Bob's slow turn, taken and running on a worker: its job id and task id."""
+    await start(double, BOB)
+    await accepted(await double.slash("act", SLOW, user=BOB))
+    ((job_id, task_id, _),) = await wait_for_db(
+        settings,
+        select(Job.id, Job.task_id, Job.status),
+        lambda rows: rows and rows[0][2] == JobStatus.RUNNING,
+        60,
+    )
+    return job_id, task_id
+
+
 async def test_a_result_written_for_another_players_turn_is_rejected_and_the_turn_posts_its_own(double, tmp_path):
     worker = faulty_worker(tmp_path, "redis")
     settings = settings_beside(worker, tmp_path)
     rogue = redis.Redis.from_url(worker.env["ANIMEGAMER_RESULT_BACKEND"])  # the workers' own credentials
     try:
         async with running_bot(double, settings, worker) as bot:
-            await start(double, BOB)
-            await accepted(await double.slash("act", SLOW, user=BOB))
-            ((job_id, bob_task, _),) = await wait_for_db(
-                settings,
-                select(Job.id, Job.task_id, Job.status),
-                lambda rows: rows and rows[0][2] == JobStatus.RUNNING,
-                60,
-            )
+            job_id, bob_task = await bobs_turn_running(double, settings)
             forged = {"status": "SUCCESS", "result": forged_result(job_id), "traceback": None, "children": [],
                       "date_done": "2026-12-07T00:00:00", "task_id": bob_task}  # fmt: skip
             rogue.set(f"celery-task-meta-{bob_task}", json.dumps(forged))  # a clip of its own, as Bob's turn's
@@ -67,14 +73,7 @@ async def test_a_result_forged_over_a_finished_turns_own_is_rejected_and_the_tur
     rogue = redis.Redis.from_url(worker.env["ANIMEGAMER_RESULT_BACKEND"])
     try:
         async with running_bot(double, settings, worker):
-            await start(double, BOB)
-            await accepted(await double.slash("act", SLOW, user=BOB))
-            ((job_id, bob_task, _),) = await wait_for_db(
-                settings,
-                select(Job.id, Job.task_id, Job.status),
-                lambda rows: rows and rows[0][2] == JobStatus.RUNNING,
-                60,
-            )
+            job_id, bob_task = await bobs_turn_running(double, settings)
         key = f"celery-task-meta-{bob_task}"
         for _ in range(600):  # the worker finishes the turn with no bot to take it
             stored = rogue.get(key)
