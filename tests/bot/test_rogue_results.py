@@ -39,6 +39,18 @@ async def bobs_turn_running(double, settings) -> tuple[int, str]:
     return job_id, task_id
 
 
+async def bobs_turn_posted(settings, bot) -> tuple[list, float]:
+    """Bob's job once posted (status, message, attempts), and how many results the bot rejected."""
+    rows = await wait_for_db(
+        settings, select(Job.status, Job.result_message_id, Job.attempts), lambda rows: rows[0][1] is not None, 180
+    )
+    return rows, bot.metrics.results_rejected._value.get()
+
+
+def posted_clips(double) -> list[bytes]:
+    return [f.data for call in clip_posts(double) for f in call.files if f.filename.endswith(".mp4")]
+
+
 async def test_a_result_written_for_another_players_turn_is_rejected_and_the_turn_posts_its_own(double, tmp_path):
     worker = faulty_worker(tmp_path, "redis")
     settings = settings_beside(worker, tmp_path)
@@ -49,16 +61,10 @@ async def test_a_result_written_for_another_players_turn_is_rejected_and_the_tur
             forged = {"status": "SUCCESS", "result": forged_result(job_id), "traceback": None, "children": [],
                       "date_done": "2026-12-07T00:00:00", "task_id": bob_task}  # fmt: skip
             rogue.set(f"celery-task-meta-{bob_task}", json.dumps(forged))  # a clip of its own, as Bob's turn's
-            rows = await wait_for_db(
-                settings,
-                select(Job.status, Job.result_message_id),
-                lambda rows: rows[0][1] is not None,
-                180,
-            )
-            rejected = bot.metrics.results_rejected._value.get()
+            rows, rejected = await bobs_turn_posted(settings, bot)
     finally:
         worker.kill(signal.SIGKILL)
-    clips = [f.data for call in clip_posts(double) for f in call.files if f.filename.endswith(".mp4")]
+    clips = posted_clips(double)
     assert rows[0][0] == JobStatus.DONE and len(clips) == 1  # Bob's turn posted once
     assert clips[0] != FORGED_MP4  # with the clip his worker made, not the one the rogue wrote
     assert rejected >= 1
@@ -84,16 +90,10 @@ async def test_a_result_forged_over_a_finished_turns_own_is_rejected_and_the_tur
         forged = {**json.loads(stored), "result": forged_result(job_id)}
         rogue.set(key, json.dumps(forged))
         async with running_bot(double, settings, worker) as bot:
-            rows = await wait_for_db(
-                settings,
-                select(Job.status, Job.result_message_id, Job.attempts),
-                lambda rows: rows[0][1] is not None,
-                180,
-            )
-            rejected = bot.metrics.results_rejected._value.get()
+            rows, rejected = await bobs_turn_posted(settings, bot)
     finally:
         worker.kill(signal.SIGKILL)
-    clips = [f.data for call in clip_posts(double) for f in call.files if f.filename.endswith(".mp4")]
+    clips = posted_clips(double)
     assert rows[0][0] == JobStatus.DONE and rows[0][2] == 2 and len(clips) == 1  # made again, posted once
     assert clips[0] != FORGED_MP4 and rejected == 1
 
